@@ -1,0 +1,265 @@
+//! Opening Iceberg catalogs from `CREATE CATALOG ... WITH (...)` options.
+//!
+//! ```text
+//! 'type'          = 'iceberg'                   (required)
+//! 'catalog-type'  = 'sql' | 'rest' | 'memory'   (default 'sql')
+//! sql:    'uri' = 'sqlite:path/catalog.db' | 'postgres://...', 'warehouse' = path or URI
+//! rest:   'uri', 'warehouse', 'credential' (OAuth2 id:secret), 'token', 'oauth2-server-uri',
+//!         'scope', 'prefix'
+//! memory: 'warehouse' (default: a folder under the system temp dir)
+//! all:    's3.*' storage options (endpoint, region, access-key-id, secret-access-key,
+//!         path-style-access, ...), passed to the file IO
+//! ```
+//!
+//! Relative local paths are resolved against the working directory and stored as absolute
+//! `file://` URIs, so that other tools (pyiceberg, DuckDB) can open the tables.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use iceberg::io::{LocalFsStorageFactory, StorageFactory};
+use iceberg::memory::MemoryCatalogBuilder;
+use iceberg::{Catalog, CatalogBuilder};
+use iceberg_catalog_rest::RestCatalogBuilder;
+use iceberg_catalog_sql::{SqlBindStyle, SqlCatalogBuilder};
+use iceberg_storage_opendal::OpenDalStorageFactory;
+
+use crate::error::{Error, Result};
+use crate::sql::Options;
+
+/// A catalog registered in the session.
+#[derive(Debug, Clone)]
+pub struct CatalogHandle {
+    /// The name it is known by in SQL.
+    pub name: String,
+    /// `sql`, `rest` or `memory`.
+    pub kind: String,
+    /// The Iceberg catalog.
+    pub catalog: Arc<dyn Catalog>,
+    /// Its options as resolved, with secrets masked, for `SHOW CATALOGS`.
+    pub display_options: BTreeMap<String, String>,
+}
+
+const SECRET_KEYS: [&str; 4] = [
+    "credential",
+    "token",
+    "s3.secret-access-key",
+    "s3.session-token",
+];
+
+/// Open the catalog that `options` describe.
+pub async fn connect(name: &str, mut options: Options) -> Result<CatalogHandle> {
+    let ty = options.require_str("type")?;
+    if !ty.eq_ignore_ascii_case("iceberg") {
+        return Err(Error::Option(format!(
+            "catalog type '{ty}' is not supported: floe has 'type' = 'iceberg' catalogs"
+        )));
+    }
+    let kind = options
+        .take_str("catalog-type")
+        .unwrap_or_else(|| "sql".to_string())
+        .to_ascii_lowercase();
+    let storage: BTreeMap<String, String> = options
+        .take_prefixed("s3.")
+        .into_iter()
+        .map(|(k, v)| (format!("s3.{k}"), v))
+        .collect();
+    let mut props: HashMap<String, String> = storage.clone().into_iter().collect();
+
+    let catalog: Arc<dyn Catalog> = match kind.as_str() {
+        "sql" => {
+            let uri = sql_uri(&options.require_str("uri")?)?;
+            let warehouse = warehouse_uri(&options.require_str("warehouse")?)?;
+            if let Some(n) = options.take_str("pool.max-connections") {
+                props.insert("pool.max-connections".into(), n);
+            }
+            options.finish()?;
+            let bind = if uri.starts_with("sqlite:") {
+                SqlBindStyle::QMark
+            } else {
+                SqlBindStyle::DollarNumeric
+            };
+            props.insert("uri".into(), uri);
+            props.insert("warehouse".into(), warehouse.clone());
+            let catalog = SqlCatalogBuilder::default()
+                .with_storage_factory(storage_for(&warehouse))
+                .sql_bind_style(bind)
+                .load(name, props.clone())
+                .await?;
+            Arc::new(catalog)
+        }
+        "rest" => {
+            props.insert("uri".into(), options.require_str("uri")?);
+            for key in [
+                "warehouse",
+                "credential",
+                "token",
+                "oauth2-server-uri",
+                "scope",
+                "prefix",
+            ] {
+                if let Some(v) = options.take_str(key) {
+                    props.insert(key.into(), v);
+                }
+            }
+            options.finish()?;
+            let warehouse = props.get("warehouse").cloned().unwrap_or_default();
+            let storage = if is_local(&warehouse) && !warehouse.is_empty() {
+                storage_for(&warehouse)
+            } else {
+                Arc::new(OpenDalStorageFactory::S3 {
+                    customized_credential_load: None,
+                }) as Arc<dyn StorageFactory>
+            };
+            let catalog = RestCatalogBuilder::default()
+                .with_storage_factory(storage)
+                .load(name, props.clone())
+                .await?;
+            Arc::new(catalog)
+        }
+        "memory" => {
+            let warehouse = match options.take_str("warehouse") {
+                Some(w) => warehouse_uri(&w)?,
+                None => warehouse_uri(
+                    &std::env::temp_dir()
+                        .join(format!("floe-memory-{}-{name}", std::process::id()))
+                        .to_string_lossy(),
+                )?,
+            };
+            options.finish()?;
+            props.insert("warehouse".into(), warehouse.clone());
+            let catalog = MemoryCatalogBuilder::default()
+                .with_storage_factory(storage_for(&warehouse))
+                .load(name, props.clone())
+                .await?;
+            Arc::new(catalog)
+        }
+        other => {
+            return Err(Error::Option(format!(
+                "'catalog-type' = '{other}' is not supported; use 'sql', 'rest' or 'memory'"
+            )));
+        }
+    };
+
+    let display_options = props
+        .into_iter()
+        .map(|(k, v)| {
+            let shown = if SECRET_KEYS.contains(&k.as_str()) {
+                "****".to_string()
+            } else {
+                v
+            };
+            (k, shown)
+        })
+        .chain([("catalog-type".to_string(), kind.clone())])
+        .collect();
+    Ok(CatalogHandle {
+        name: name.to_string(),
+        kind,
+        catalog,
+        display_options,
+    })
+}
+
+fn is_local(location: &str) -> bool {
+    !location.contains("://") || location.starts_with("file:")
+}
+
+fn storage_for(warehouse: &str) -> Arc<dyn StorageFactory> {
+    if is_local(warehouse) {
+        Arc::new(LocalFsStorageFactory)
+    } else {
+        Arc::new(OpenDalStorageFactory::S3 {
+            customized_credential_load: None,
+        })
+    }
+}
+
+fn absolute(path: &str) -> Result<PathBuf> {
+    let p = Path::new(path);
+    if p.is_absolute() {
+        return Ok(p.to_path_buf());
+    }
+    let cwd = std::env::current_dir().map_err(|e| Error::io("reading the working directory", e))?;
+    Ok(cwd.join(p))
+}
+
+/// A warehouse location as a URI: object-store URIs pass through, local paths become
+/// absolute `file://` URIs (and the folder is created).
+pub fn warehouse_uri(location: &str) -> Result<String> {
+    if !is_local(location) {
+        return Ok(location.trim_end_matches('/').to_string());
+    }
+    let path = location
+        .strip_prefix("file://")
+        .or_else(|| location.strip_prefix("file:"))
+        .unwrap_or(location);
+    let abs = absolute(path)?;
+    std::fs::create_dir_all(&abs).map_err(|e| {
+        Error::io(
+            format!("creating the warehouse folder {}", abs.display()),
+            e,
+        )
+    })?;
+    let abs = abs
+        .canonicalize()
+        .map_err(|e| Error::io(format!("resolving {}", abs.display()), e))?;
+    Ok(format!(
+        "file://{}",
+        abs.to_string_lossy().trim_end_matches('/')
+    ))
+}
+
+/// A SQL catalog URI with a relative sqlite path made absolute, the folder created, and
+/// the database file created on first use.
+fn sql_uri(uri: &str) -> Result<String> {
+    let Some(rest) = uri.strip_prefix("sqlite:") else {
+        if uri.starts_with("postgres://") || uri.starts_with("postgresql://") {
+            return Ok(uri.to_string());
+        }
+        return Err(Error::Option(format!(
+            "'uri' = '{uri}' is not a SQL catalog URI: use 'sqlite:path/to/catalog.db' or \
+             'postgres://user:password@host/db'"
+        )));
+    };
+    let (path, query) = match rest.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (rest, None),
+    };
+    let path = path.trim_start_matches("//");
+    if path == ":memory:" || path.is_empty() {
+        return Ok("sqlite::memory:".to_string());
+    }
+    let abs = absolute(path)?;
+    if let Some(parent) = abs.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
+    }
+    let query = query.unwrap_or("mode=rwc");
+    Ok(format!("sqlite://{}?{query}", abs.to_string_lossy()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_uris_become_absolute_and_creatable() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("sub/catalog.db");
+        let uri = sql_uri(&format!("sqlite:{}", p.display())).unwrap();
+        assert_eq!(uri, format!("sqlite://{}?mode=rwc", p.display()));
+        assert!(p.parent().unwrap().is_dir());
+        assert!(sql_uri("mysql://x").is_err());
+        assert_eq!(sql_uri("postgres://a/b").unwrap(), "postgres://a/b");
+    }
+
+    #[test]
+    fn warehouses_become_file_uris() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = warehouse_uri(&dir.path().join("wh").to_string_lossy()).unwrap();
+        assert!(w.starts_with("file:///"), "{w}");
+        assert_eq!(warehouse_uri("s3://bucket/wh/").unwrap(), "s3://bucket/wh");
+    }
+}

@@ -1,0 +1,10 @@
+//! Iceberg catalogs: opening them, showing them to DataFusion, and mapping SQL to Iceberg.
+
+pub mod connect;
+pub mod metadata;
+pub mod provider;
+pub mod schema;
+pub mod table;
+
+pub use connect::{CatalogHandle, connect};
+pub use provider::LakeCatalogProvider;

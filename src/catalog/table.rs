@@ -1,0 +1,145 @@
+//! An Iceberg table as a DataFusion table: scans read the current snapshot (with filter
+//! pushdown and partition pruning, through iceberg-datafusion's scan), inserts write data
+//! files and commit them as one snapshot when the statement ends.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::Session;
+use datafusion::datasource::sink::{DataSink, DataSinkExec};
+use datafusion::datasource::{TableProvider, TableType};
+use datafusion::error::Result as DFResult;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
+use futures::StreamExt;
+use iceberg::Catalog;
+use iceberg::table::Table;
+use iceberg_datafusion::IcebergStaticTableProvider;
+
+use crate::error::Error;
+use crate::sink::{TableWriter, commit};
+
+/// A table of an Iceberg catalog, as loaded for one statement.
+#[derive(Debug, Clone)]
+pub struct LakeTable {
+    table: Table,
+    catalog: Arc<dyn Catalog>,
+    reader: Arc<IcebergStaticTableProvider>,
+}
+
+impl LakeTable {
+    /// Wrap a freshly loaded table.
+    pub async fn try_new(table: Table, catalog: Arc<dyn Catalog>) -> Result<Self, Error> {
+        let reader = IcebergStaticTableProvider::try_new_from_table(table.clone()).await?;
+        Ok(Self {
+            table,
+            catalog,
+            reader: Arc::new(reader),
+        })
+    }
+
+    /// The Iceberg table.
+    pub fn table(&self) -> &Table {
+        &self.table
+    }
+}
+
+#[async_trait]
+impl TableProvider for LakeTable {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema(&self) -> SchemaRef {
+        self.reader.schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        self.reader.scan(state, projection, filters, limit).await
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DFResult<Vec<TableProviderFilterPushDown>> {
+        self.reader.supports_filters_pushdown(filters)
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        if insert_op != InsertOp::Append {
+            return Err(Error::Unsupported(format!(
+                "INSERT {insert_op} into an Iceberg table; floe appends (INSERT INTO)"
+            ))
+            .into());
+        }
+        let sink = AppendSink {
+            table: self.table.clone(),
+            catalog: self.catalog.clone(),
+            schema: self.schema(),
+        };
+        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
+    }
+}
+
+/// Writes all rows of an `INSERT` and commits them as one snapshot at the end, so the
+/// statement is atomic: it adds all its rows or none.
+#[derive(Debug)]
+struct AppendSink {
+    table: Table,
+    catalog: Arc<dyn Catalog>,
+    schema: SchemaRef,
+}
+
+impl DisplayAs for AppendSink {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IcebergAppend: table={}", self.table.identifier())
+    }
+}
+
+#[async_trait]
+impl DataSink for AppendSink {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    async fn write_all(
+        &self,
+        mut data: SendableRecordBatchStream,
+        _context: &Arc<TaskContext>,
+    ) -> DFResult<u64> {
+        let mut writer = TableWriter::try_new(&self.table)?;
+        while let Some(batch) = data.next().await {
+            writer.write(batch?).await?;
+        }
+        let rows = writer.rows();
+        let files = writer.close().await?;
+        let summary = HashMap::from([("floe.operation".to_string(), "insert".to_string())]);
+        commit::append(&self.catalog, &self.table, files, summary).await?;
+        Ok(rows)
+    }
+}

@@ -1,0 +1,142 @@
+//! The `floe` command: a REPL, a script runner and a one-statement runner.
+//!
+//! ```text
+//! floe                      REPL (history, multi-line, completion, \? for help)
+//! floe -f FILE [-f FILE]    run scripts; stop at the first failing statement
+//! floe -c SQL  [-c SQL]     run statements
+//! ```
+
+pub mod print;
+pub mod repl;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Parser as ClapParser;
+
+use crate::error::{Error, Result};
+use crate::session::{Output, Session};
+use crate::sql::{Statement, split_statements};
+pub use print::{Format, PrintOptions};
+
+/// floe: streaming SQL for the lakehouse, on Apache DataFusion and Apache Iceberg.
+#[derive(Debug, ClapParser)]
+#[command(name = "floe", version, about)]
+pub struct Args {
+    /// Run the SQL script FILE (repeatable; run in order, after any -c).
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Run the SQL statements COMMAND (repeatable; run in order).
+    #[arg(short = 'c', long = "command", value_name = "COMMAND")]
+    pub commands: Vec<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Rows the table format shows at most; 0 for all.
+    #[arg(long, default_value_t = 40)]
+    pub maxrows: usize,
+    /// Print results only: no row counts, timings or statement tags.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// In scripts, report a failing statement and go on with the next.
+    #[arg(long)]
+    pub continue_on_error: bool,
+}
+
+impl Args {
+    fn print_options(&self) -> PrintOptions {
+        PrintOptions {
+            format: self.format,
+            max_rows: (self.maxrows > 0).then_some(self.maxrows),
+            quiet: self.quiet,
+        }
+    }
+}
+
+/// Run the command line; the result is the process exit code.
+pub async fn main(args: Args) -> i32 {
+    let session = Session::new();
+    let print = args.print_options();
+    if args.commands.is_empty() && args.files.is_empty() {
+        return match repl::run(&session, print).await {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("Error: {e}");
+                1
+            }
+        };
+    }
+    let mut failed = false;
+    for (i, sql) in args.commands.iter().enumerate() {
+        let source = format!("-c #{}", i + 1);
+        if !run_script(&session, &source, sql, print, args.continue_on_error).await {
+            failed = true;
+            if !args.continue_on_error {
+                return 1;
+            }
+        }
+    }
+    for file in &args.files {
+        let source = file.display().to_string();
+        let sql = match std::fs::read_to_string(file) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("Error: cannot read {source}: {e}");
+                return 1;
+            }
+        };
+        if !run_script(&session, &source, &sql, print, args.continue_on_error).await {
+            failed = true;
+            if !args.continue_on_error {
+                return 1;
+            }
+        }
+    }
+    i32::from(failed)
+}
+
+/// Run a script statement by statement. Returns false if any statement failed; stops at
+/// the first failure unless `keep_going`.
+pub async fn run_script(
+    session: &Session,
+    source: &str,
+    sql: &str,
+    print: PrintOptions,
+    keep_going: bool,
+) -> bool {
+    let statements = match split_statements(sql) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("Error in {source}: {e}");
+            return false;
+        }
+    };
+    let mut ok = true;
+    for stmt in statements {
+        let result = match stmt.parse() {
+            Ok(parsed) => run_statement(session, parsed, print).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = result {
+            eprintln!("Error in {source} at line {}: {e}", stmt.line);
+            ok = false;
+            if !keep_going {
+                return false;
+            }
+        }
+    }
+    ok
+}
+
+/// Run one statement and print its output; Ctrl-C cancels the statement.
+pub async fn run_statement(session: &Session, stmt: Statement, print: PrintOptions) -> Result<()> {
+    let start = Instant::now();
+    let output: Output = tokio::select! {
+        r = session.execute(stmt) => r?,
+        _ = tokio::signal::ctrl_c() => return Err(Error::Cancelled),
+    };
+    let mut out = std::io::stdout().lock();
+    print.print(&mut out, &output, start.elapsed())?;
+    out.flush().map_err(|e| Error::io("writing output", e))
+}

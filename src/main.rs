@@ -1,0 +1,19 @@
+use clap::Parser;
+
+fn main() {
+    let args = floe::cli::Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("Error: cannot start the runtime: {e}");
+            std::process::exit(2);
+        }
+    };
+    let code = runtime.block_on(floe::cli::main(args));
+    // Do not wait for idle connection pools and the like to wind down.
+    runtime.shutdown_background();
+    std::process::exit(code);
+}

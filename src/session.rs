@@ -1,0 +1,678 @@
+//! A floe session: one DataFusion [`SessionContext`] with the Iceberg catalogs the user
+//! registered, and the one `match` that plans every statement.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use datafusion::arrow::array::{RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::{CatalogProvider, CatalogProviderList};
+use datafusion::execution::context::SessionContext;
+use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::prelude::SessionConfig;
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast::{ObjectName, Statement as SQLStatement};
+use iceberg::spec::{Schema as IcebergSchema, Transform};
+use iceberg::table::Table;
+use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent};
+
+use crate::catalog::schema::{iceberg_schema, partition_spec, schema_from_columns};
+use crate::catalog::{CatalogHandle, LakeCatalogProvider, connect};
+use crate::error::{Error, Result};
+use crate::sql::parser::name_parts;
+use crate::sql::statement::*;
+use crate::sql::{Options, Statement, parse_sql};
+
+/// What a statement produced.
+#[derive(Debug)]
+pub enum Output {
+    /// Rows (possibly none) with their schema.
+    Rows(SchemaRef, Vec<RecordBatch>),
+    /// A statement with no rows; the text says what it did (`CREATE CATALOG`).
+    Done(String),
+}
+
+impl Output {
+    /// The number of rows in the output.
+    pub fn row_count(&self) -> usize {
+        match self {
+            Output::Rows(_, b) => b.iter().map(|b| b.num_rows()).sum(),
+            Output::Done(_) => 0,
+        }
+    }
+}
+
+/// A session: catalogs, settings, and the statements run in it.
+pub struct Session {
+    ctx: SessionContext,
+    catalog_list: Arc<SessionCatalogs>,
+    catalogs: RwLock<BTreeMap<String, CatalogHandle>>,
+}
+
+/// The session's DataFusion catalogs; unlike DataFusion's own list, one can be removed
+/// (`DROP CATALOG`).
+#[derive(Debug, Default)]
+struct SessionCatalogs {
+    catalogs: RwLock<BTreeMap<String, Arc<dyn CatalogProvider>>>,
+}
+
+impl SessionCatalogs {
+    fn deregister(&self, name: &str) -> Option<Arc<dyn CatalogProvider>> {
+        self.catalogs.write().ok()?.remove(name)
+    }
+}
+
+impl CatalogProviderList for SessionCatalogs {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn register_catalog(
+        &self,
+        name: String,
+        catalog: Arc<dyn CatalogProvider>,
+    ) -> Option<Arc<dyn CatalogProvider>> {
+        self.catalogs.write().ok()?.insert(name, catalog)
+    }
+
+    fn catalog_names(&self) -> Vec<String> {
+        self.catalogs
+            .read()
+            .map(|c| c.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn catalog(&self, name: &str) -> Option<Arc<dyn CatalogProvider>> {
+        self.catalogs.read().ok()?.get(name).cloned()
+    }
+}
+
+/// A table's name, resolved to its catalog, namespace and name.
+struct TableName {
+    catalog: String,
+    namespace: NamespaceIdent,
+    table: String,
+}
+
+impl std::fmt::Display for TableName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}.{}.{}",
+            self.catalog,
+            self.namespace.to_url_string(),
+            self.table
+        )
+    }
+}
+
+impl Default for Session {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Session {
+    /// A new session with no catalogs but DataFusion's in-memory default.
+    pub fn new() -> Self {
+        let config = SessionConfig::new()
+            .with_information_schema(true)
+            .with_create_default_catalog_and_schema(true);
+        let catalog_list = Arc::new(SessionCatalogs::default());
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_catalog_list(catalog_list.clone())
+            .with_default_features()
+            .build();
+        Self {
+            ctx: SessionContext::new_with_state(state),
+            catalog_list,
+            catalogs: RwLock::new(BTreeMap::new()),
+        }
+    }
+
+    /// The DataFusion context behind the session.
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// Parse and run every statement in `sql`, in order, stopping at the first error.
+    pub async fn sql(&self, sql: &str) -> Result<Vec<Output>> {
+        let mut out = Vec::new();
+        for stmt in parse_sql(sql)? {
+            out.push(self.execute(stmt).await?);
+        }
+        Ok(out)
+    }
+
+    /// The Iceberg catalogs registered, by name.
+    pub fn catalogs(&self) -> BTreeMap<String, CatalogHandle> {
+        self.catalogs.read().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    fn iceberg(&self, catalog: &str) -> Result<Arc<dyn Catalog>> {
+        if let Some(h) = self
+            .catalogs
+            .read()
+            .ok()
+            .and_then(|c| c.get(catalog).cloned())
+        {
+            return Ok(h.catalog);
+        }
+        if self.ctx.catalog(catalog).is_some() {
+            return Err(Error::Plan(format!(
+                "catalog '{catalog}' is DataFusion's in-memory catalog, not an Iceberg catalog"
+            )));
+        }
+        Err(Error::NotFound(format!(
+            "catalog '{catalog}' does not exist (SHOW CATALOGS lists them; CREATE CATALOG \
+             registers one)"
+        )))
+    }
+
+    fn is_iceberg(&self, catalog: &str) -> bool {
+        self.catalogs
+            .read()
+            .map(|c| c.contains_key(catalog))
+            .unwrap_or(false)
+    }
+
+    fn defaults(&self) -> (String, String) {
+        let state = self.ctx.state();
+        let opts = &state.config().options().catalog;
+        (opts.default_catalog.clone(), opts.default_schema.clone())
+    }
+
+    /// `[catalog.][namespace.]table` with the session's defaults filled in.
+    fn table_name(&self, name: &ObjectName) -> Result<TableName> {
+        let parts = name_parts(name)?;
+        let (dc, ds) = self.defaults();
+        let (catalog, ns, table) = match parts.as_slice() {
+            [t] => (dc, ds, t.clone()),
+            [n, t] => (dc, n.clone(), t.clone()),
+            [c, n, t] => (c.clone(), n.clone(), t.clone()),
+            _ => {
+                return Err(Error::Plan(format!(
+                    "'{name}' has too many parts: write catalog.namespace.table"
+                )));
+            }
+        };
+        Ok(TableName {
+            catalog,
+            namespace: NamespaceIdent::new(ns),
+            table,
+        })
+    }
+
+    /// `[catalog.]namespace` with the default catalog filled in.
+    fn namespace_name(&self, name: &ObjectName) -> Result<(String, NamespaceIdent)> {
+        let parts = name_parts(name)?;
+        let (dc, _) = self.defaults();
+        match parts.as_slice() {
+            [n] => Ok((dc, NamespaceIdent::new(n.clone()))),
+            [c, n] => Ok((c.clone(), NamespaceIdent::new(n.clone()))),
+            _ => Err(Error::Plan(format!(
+                "'{name}' is not a namespace name: write catalog.namespace"
+            ))),
+        }
+    }
+
+    /// Run one statement.
+    pub async fn execute(&self, stmt: Statement) -> Result<Output> {
+        match stmt {
+            Statement::DataFusion(s) => self.run_datafusion(*s).await,
+            Statement::CreateCatalog(s) => self.create_catalog(s).await,
+            Statement::DropCatalog(s) => self.drop_catalog(s),
+            Statement::ShowCatalogs => self.show_catalogs(),
+            Statement::CreateSchema(s) => self.create_schema(s).await,
+            Statement::DropSchema(s) => self.drop_schema(s).await,
+            Statement::ShowSchemas(s) => self.show_schemas(s).await,
+            Statement::CreateTable(s) => self.create_table(*s).await,
+            Statement::DropTable(s) => self.drop_table(s).await,
+            Statement::ShowTables(s) => self.show_tables(s).await,
+            Statement::Describe(s) => self.describe(s).await,
+        }
+    }
+
+    async fn run_datafusion(&self, stmt: DFStatement) -> Result<Output> {
+        let state = self.ctx.state();
+        let plan = state.statement_to_plan(stmt).await?;
+        let df = self.ctx.execute_logical_plan(plan).await?;
+        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+        let batches = df.collect().await?;
+        Ok(Output::Rows(schema, batches))
+    }
+
+    /// Run SQL text that floe built (a statement printed back), through the parser.
+    async fn run_text(&self, sql: &str) -> Result<Output> {
+        let mut stmts = parse_sql(sql)?;
+        if stmts.len() != 1 {
+            return Err(Error::Internal(format!("expected one statement in: {sql}")));
+        }
+        let stmt = stmts.remove(0);
+        match stmt {
+            Statement::DataFusion(s) => self.run_datafusion(*s).await,
+            other => Err(Error::Internal(format!(
+                "not a DataFusion statement: {other}"
+            ))),
+        }
+    }
+
+    async fn create_catalog(&self, s: CreateCatalog) -> Result<Output> {
+        if self.ctx.catalog(&s.name).is_some() {
+            if s.if_not_exists {
+                return Ok(Output::Done("CREATE CATALOG".into()));
+            }
+            return Err(Error::AlreadyExists(format!(
+                "catalog '{}' exists already (DROP CATALOG {} first, or add IF NOT EXISTS)",
+                s.name, s.name
+            )));
+        }
+        let options = Options::try_new(format!("CREATE CATALOG {}", s.name), s.options)?;
+        let handle = connect(&s.name, options).await?;
+        self.ctx.register_catalog(
+            &s.name,
+            Arc::new(LakeCatalogProvider::new(&s.name, handle.catalog.clone())),
+        );
+        if let Ok(mut c) = self.catalogs.write() {
+            c.insert(s.name.clone(), handle);
+        }
+        Ok(Output::Done("CREATE CATALOG".into()))
+    }
+
+    fn drop_catalog(&self, s: DropCatalog) -> Result<Output> {
+        let removed = self
+            .catalogs
+            .write()
+            .map(|mut c| c.remove(&s.name).is_some())
+            .unwrap_or(false);
+        if !removed {
+            if s.if_exists {
+                return Ok(Output::Done("DROP CATALOG".into()));
+            }
+            return Err(Error::NotFound(format!(
+                "catalog '{}' does not exist or is not an Iceberg catalog",
+                s.name
+            )));
+        }
+        self.catalog_list.deregister(&s.name);
+        Ok(Output::Done("DROP CATALOG".into()))
+    }
+
+    fn show_catalogs(&self) -> Result<Output> {
+        let catalogs = self.catalogs();
+        let mut names = self.ctx.catalog_names();
+        names.sort();
+        let mut kind = Vec::new();
+        let mut opts = Vec::new();
+        for n in &names {
+            match catalogs.get(n) {
+                Some(h) => {
+                    kind.push(format!("iceberg ({})", h.kind));
+                    opts.push(
+                        h.display_options
+                            .iter()
+                            .filter(|(k, _)| k.as_str() != "catalog-type")
+                            .map(|(k, v)| format!("{k}={v}"))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    );
+                }
+                None => {
+                    kind.push("datafusion (in-memory)".to_string());
+                    opts.push(String::new());
+                }
+            }
+        }
+        string_rows(
+            &["catalog_name", "type", "options"],
+            vec![names, kind, opts],
+        )
+    }
+
+    async fn create_schema(&self, s: CreateSchema) -> Result<Output> {
+        let (catalog, ns) = self.namespace_name(&s.name)?;
+        if !self.is_iceberg(&catalog) {
+            return self.run_text(&s.to_string()).await;
+        }
+        let cat = self.iceberg(&catalog)?;
+        if cat.namespace_exists(&ns).await? {
+            if s.if_not_exists {
+                return Ok(Output::Done("CREATE SCHEMA".into()));
+            }
+            return Err(Error::AlreadyExists(format!(
+                "namespace '{catalog}.{}' exists already",
+                ns.to_url_string()
+            )));
+        }
+        cat.create_namespace(&ns, s.options.into_iter().collect())
+            .await?;
+        Ok(Output::Done("CREATE SCHEMA".into()))
+    }
+
+    async fn drop_schema(&self, s: DropSchema) -> Result<Output> {
+        let (catalog, ns) = self.namespace_name(&s.name)?;
+        if !self.is_iceberg(&catalog) {
+            return self.run_text(&s.to_string()).await;
+        }
+        let cat = self.iceberg(&catalog)?;
+        if !cat.namespace_exists(&ns).await? {
+            if s.if_exists {
+                return Ok(Output::Done("DROP SCHEMA".into()));
+            }
+            return Err(Error::NotFound(format!(
+                "namespace '{catalog}.{}' does not exist",
+                ns.to_url_string()
+            )));
+        }
+        let tables = cat.list_tables(&ns).await?;
+        if !tables.is_empty() {
+            return Err(Error::Plan(format!(
+                "namespace '{catalog}.{}' still has {} table(s); drop them first",
+                ns.to_url_string(),
+                tables.len()
+            )));
+        }
+        cat.drop_namespace(&ns).await?;
+        Ok(Output::Done("DROP SCHEMA".into()))
+    }
+
+    async fn show_schemas(&self, s: ShowSchemas) -> Result<Output> {
+        let mut catalogs = Vec::new();
+        let mut schemas = Vec::new();
+        let names = match s.catalog {
+            Some(c) => {
+                if self.ctx.catalog(&c).is_none() {
+                    self.iceberg(&c)?;
+                }
+                vec![c]
+            }
+            None => {
+                let mut n = self.ctx.catalog_names();
+                n.sort();
+                n
+            }
+        };
+        for c in names {
+            let mut list = if self.is_iceberg(&c) {
+                self.iceberg(&c)?
+                    .list_namespaces(None)
+                    .await?
+                    .iter()
+                    .map(|n| n.to_url_string())
+                    .collect()
+            } else {
+                self.ctx
+                    .catalog(&c)
+                    .map(|p| p.schema_names())
+                    .unwrap_or_default()
+            };
+            list.sort();
+            for n in list {
+                catalogs.push(c.clone());
+                schemas.push(n);
+            }
+        }
+        string_rows(&["catalog_name", "schema_name"], vec![catalogs, schemas])
+    }
+
+    async fn create_table(&self, s: CreateTable) -> Result<Output> {
+        let name = self.table_name(&s.name)?;
+        if !self.is_iceberg(&name.catalog) {
+            if !s.partitioned_by.is_empty() || !s.options.is_empty() {
+                return Err(Error::Plan(format!(
+                    "PARTITIONED BY and WITH need an Iceberg table; '{}' is in DataFusion's \
+                     in-memory catalog",
+                    s.name
+                )));
+            }
+            return self.run_text(&s.to_string()).await;
+        }
+        let cat = self.iceberg(&name.catalog)?;
+        let ident = TableIdent::new(name.namespace.clone(), name.table.clone());
+        if cat.table_exists(&ident).await.unwrap_or(false) {
+            if s.if_not_exists {
+                return Ok(Output::Done("CREATE TABLE".into()));
+            }
+            return Err(Error::AlreadyExists(format!("table {name} exists already")));
+        }
+        if !cat.namespace_exists(&name.namespace).await? {
+            return Err(Error::NotFound(format!(
+                "namespace '{}.{}' does not exist (CREATE SCHEMA {}.{} creates it)",
+                name.catalog,
+                name.namespace.to_url_string(),
+                name.catalog,
+                name.namespace.to_url_string()
+            )));
+        }
+        let schema: IcebergSchema = if !s.columns.is_empty() {
+            schema_from_columns(&s.columns)?
+        } else if let Some(q) = &s.query {
+            let stmt = DFStatement::Statement(Box::new(SQLStatement::Query(q.clone())));
+            let plan = self.ctx.state().statement_to_plan(stmt).await?;
+            iceberg_schema(plan.schema().as_arrow(), true)?
+        } else {
+            return Err(Error::Internal(
+                "CREATE TABLE without columns or query".into(),
+            ));
+        };
+        let spec = partition_spec(&s.partitioned_by, &schema)?;
+        let mut options = Options::try_new(format!("CREATE TABLE {}", s.name), s.options)?;
+        let format_version = match options.take_str("format-version").as_deref() {
+            None | Some("2") => iceberg::spec::FormatVersion::V2,
+            Some("1") => iceberg::spec::FormatVersion::V1,
+            Some("3") => iceberg::spec::FormatVersion::V3,
+            Some(other) => {
+                return Err(Error::Option(format!(
+                    "'format-version' = '{other}': use '1', '2' or '3'"
+                )));
+            }
+        };
+        let location = options.take_str("location");
+        // Every other key is an Iceberg table property, kept verbatim.
+        let properties = options.take_all();
+        let creation = TableCreation::builder()
+            .name(name.table.clone())
+            .schema(schema)
+            .partition_spec(spec)
+            .properties(properties)
+            .format_version(format_version)
+            .location_opt(location)
+            .build();
+        cat.create_table(&name.namespace, creation).await?;
+        if let Some(q) = s.query {
+            let insert = format!("INSERT INTO {} {q}", s.name);
+            if let Err(e) = self.run_text(&insert).await {
+                // The statement is atomic: a failed CTAS leaves no table behind.
+                let _ = cat.drop_table(&ident).await;
+                return Err(e);
+            }
+        }
+        Ok(Output::Done("CREATE TABLE".into()))
+    }
+
+    async fn drop_table(&self, s: DropTable) -> Result<Output> {
+        let name = self.table_name(&s.name)?;
+        if !self.is_iceberg(&name.catalog) {
+            return self.run_text(&s.to_string()).await;
+        }
+        let cat = self.iceberg(&name.catalog)?;
+        let ident = TableIdent::new(name.namespace.clone(), name.table.clone());
+        if !cat.table_exists(&ident).await.unwrap_or(false) {
+            if s.if_exists {
+                return Ok(Output::Done("DROP TABLE".into()));
+            }
+            return Err(Error::NotFound(format!("table {name} does not exist")));
+        }
+        cat.drop_table(&ident).await?;
+        Ok(Output::Done("DROP TABLE".into()))
+    }
+
+    async fn show_tables(&self, s: ShowTables) -> Result<Output> {
+        let mut cols: [Vec<String>; 3] = Default::default();
+        let mut push = |c: &str, n: &str, t: String| {
+            cols[0].push(c.to_string());
+            cols[1].push(n.to_string());
+            cols[2].push(t);
+        };
+        let scopes: Vec<(String, Option<String>)> = match &s.namespace {
+            Some(n) => {
+                let (c, ns) = self.namespace_name(n)?;
+                vec![(c, Some(ns.to_url_string()))]
+            }
+            None => {
+                let mut n = self.ctx.catalog_names();
+                n.sort();
+                n.into_iter().map(|c| (c, None)).collect()
+            }
+        };
+        for (catalog, ns) in scopes {
+            if self.is_iceberg(&catalog) {
+                let cat = self.iceberg(&catalog)?;
+                let namespaces = match ns {
+                    Some(n) => {
+                        let ident = NamespaceIdent::new(n.clone());
+                        if !cat.namespace_exists(&ident).await? {
+                            return Err(Error::NotFound(format!(
+                                "namespace '{catalog}.{n}' does not exist"
+                            )));
+                        }
+                        vec![ident]
+                    }
+                    None => cat.list_namespaces(None).await?,
+                };
+                for n in namespaces {
+                    let mut tables = cat.list_tables(&n).await?;
+                    tables.sort_by(|a, b| a.name().cmp(b.name()));
+                    for t in tables {
+                        push(&catalog, &n.to_url_string(), t.name().to_string());
+                    }
+                }
+            } else if let Some(provider) = self.ctx.catalog(&catalog) {
+                let schemas = match ns {
+                    Some(n) => vec![n],
+                    None => provider.schema_names(),
+                };
+                for n in schemas {
+                    if n == "information_schema" {
+                        continue;
+                    }
+                    if let Some(schema) = provider.schema(&n) {
+                        let mut names = schema.table_names();
+                        names.sort();
+                        for t in names {
+                            push(&catalog, &n, t);
+                        }
+                    }
+                }
+            } else {
+                self.iceberg(&catalog)?;
+            }
+        }
+        let [a, b, c] = cols;
+        string_rows(
+            &["table_catalog", "table_schema", "table_name"],
+            vec![a, b, c],
+        )
+    }
+
+    async fn describe(&self, s: Describe) -> Result<Output> {
+        let name = self.table_name(&s.name)?;
+        if !self.is_iceberg(&name.catalog) {
+            return self.run_text(&format!("DESCRIBE {}", s.name)).await;
+        }
+        let cat = self.iceberg(&name.catalog)?;
+        let ident = TableIdent::new(name.namespace.clone(), name.table.clone());
+        let table = match cat.load_table(&ident).await {
+            Ok(t) => t,
+            Err(e) if e.kind() == iceberg::ErrorKind::TableNotFound => {
+                return Err(Error::NotFound(format!("table {name} does not exist")));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        describe_rows(&table)
+    }
+}
+
+/// `DESCRIBE` output: one row per column, then the partition spec and table facts, in the
+/// three columns DataFusion's own DESCRIBE has.
+fn describe_rows(table: &Table) -> Result<Output> {
+    let md = table.metadata();
+    let schema = md.current_schema();
+    let mut cols: [Vec<String>; 3] = Default::default();
+    let mut push = |a: String, b: String, c: String| {
+        cols[0].push(a);
+        cols[1].push(b);
+        cols[2].push(c);
+    };
+    for f in schema.as_struct().fields() {
+        push(
+            f.name.clone(),
+            f.field_type.to_string(),
+            if f.required { "NO" } else { "YES" }.to_string(),
+        );
+    }
+    let spec = md.default_partition_spec();
+    push(String::new(), String::new(), String::new());
+    push("# Partitioning".into(), String::new(), String::new());
+    if spec.is_unpartitioned() {
+        push("Not partitioned".into(), String::new(), String::new());
+    }
+    for (i, f) in spec.fields().iter().enumerate() {
+        let source = schema
+            .field_by_id(f.source_id)
+            .map(|s| s.name.clone())
+            .unwrap_or_else(|| format!("<field {}>", f.source_id));
+        let expr = match f.transform {
+            Transform::Identity => source,
+            Transform::Year => format!("years({source})"),
+            Transform::Month => format!("months({source})"),
+            Transform::Day => format!("days({source})"),
+            Transform::Hour => format!("hours({source})"),
+            Transform::Bucket(n) => format!("bucket({n}, {source})"),
+            Transform::Truncate(n) => format!("truncate({n}, {source})"),
+            other => format!("{other}({source})"),
+        };
+        push(format!("Part {i}"), expr, f.name.clone());
+    }
+    push(String::new(), String::new(), String::new());
+    push("# Table".into(), String::new(), String::new());
+    push("Location".into(), md.location().to_string(), String::new());
+    push(
+        "Format version".into(),
+        (md.format_version() as u8).to_string(),
+        String::new(),
+    );
+    let (snap, when) = match md.current_snapshot() {
+        Some(s) => (
+            s.snapshot_id().to_string(),
+            s.timestamp().map(|t| t.to_rfc3339()).unwrap_or_default(),
+        ),
+        None => ("none".into(), String::new()),
+    };
+    push("Current snapshot".into(), snap, when);
+    push(
+        "Snapshots".into(),
+        md.snapshots().len().to_string(),
+        String::new(),
+    );
+    let [a, b, c] = cols;
+    string_rows(&["column_name", "data_type", "is_nullable"], vec![a, b, c])
+}
+
+/// A result of string columns.
+fn string_rows(names: &[&str], columns: Vec<Vec<String>>) -> Result<Output> {
+    let schema = Arc::new(Schema::new(
+        names
+            .iter()
+            .map(|n| Field::new(*n, DataType::Utf8, false))
+            .collect::<Vec<_>>(),
+    ));
+    let arrays = columns
+        .into_iter()
+        .map(|c| Arc::new(StringArray::from(c)) as _)
+        .collect();
+    let batch = RecordBatch::try_new(schema.clone(), arrays)
+        .map_err(|e| Error::Internal(format!("building a result: {e}")))?;
+    Ok(Output::Rows(schema, vec![batch]))
+}

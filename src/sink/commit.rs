@@ -1,0 +1,34 @@
+//! Committing data files to a table: one `fast_append` snapshot per commit, carrying
+//! summary properties (a job's name and checkpoint id, later).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use iceberg::Catalog;
+use iceberg::spec::DataFile;
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+
+use crate::error::Result;
+
+/// Append `files` to `table` in one snapshot with `summary` in its summary. Commit conflicts
+/// are retried by iceberg-rust (it reloads the table and re-applies the append). An empty
+/// list commits nothing and returns the table unchanged.
+pub async fn append(
+    catalog: &Arc<dyn Catalog>,
+    table: &Table,
+    files: Vec<DataFile>,
+    summary: HashMap<String, String>,
+) -> Result<Table> {
+    if files.is_empty() {
+        return Ok(table.clone());
+    }
+    let tx = Transaction::new(table);
+    let action = tx
+        .fast_append()
+        .with_check_duplicate(false)
+        .add_data_files(files)
+        .set_snapshot_properties(summary);
+    let tx = action.apply(tx)?;
+    Ok(tx.commit(catalog.as_ref()).await?)
+}

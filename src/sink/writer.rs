@@ -1,0 +1,169 @@
+//! Writes Arrow batches into Parquet data files of one Iceberg table.
+//!
+//! A [`TableWriter`] splits each batch by the table's default partition spec, writes it
+//! through iceberg-rust's rolling Parquet writers, and on [`TableWriter::close`] returns the
+//! data files it wrote. Nothing is visible in the table until the files are committed
+//! (see [`super::commit`]).
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::SchemaRef;
+use iceberg::arrow::{RecordBatchPartitionSplitter, schema_to_arrow_schema};
+use iceberg::spec::{DataFile, DataFileFormat};
+use iceberg::table::Table;
+use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
+use iceberg::writer::file_writer::ParquetWriterBuilder;
+use iceberg::writer::file_writer::location_generator::{
+    DefaultFileNameGenerator, DefaultLocationGenerator,
+};
+use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
+use iceberg::writer::partitioning::PartitioningWriter;
+use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
+use iceberg::writer::partitioning::unpartitioned_writer::UnpartitionedWriter;
+
+use crate::error::{Error, Result};
+
+type FileWriterBuilder =
+    DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
+
+enum Inner {
+    Unpartitioned(UnpartitionedWriter<FileWriterBuilder>),
+    Partitioned {
+        writer: FanoutWriter<FileWriterBuilder>,
+        splitter: RecordBatchPartitionSplitter,
+    },
+}
+
+/// Writes batches of one table's rows into uncommitted data files.
+pub struct TableWriter {
+    inner: Inner,
+    /// The table's schema as Arrow, with Iceberg field ids in the field metadata.
+    schema: SchemaRef,
+    rows: u64,
+}
+
+impl TableWriter {
+    /// A writer for `table`'s current schema and default partition spec.
+    pub fn try_new(table: &Table) -> Result<Self> {
+        let metadata = table.metadata();
+        let props = metadata.table_properties()?;
+        let format = DataFileFormat::from_str(&props.write_format_default)?;
+        if format != DataFileFormat::Parquet {
+            return Err(Error::Unsupported(format!(
+                "table {} has write.format.default = '{}'; floe writes Parquet only",
+                table.identifier(),
+                props.write_format_default
+            )));
+        }
+        let iceberg_schema = metadata.current_schema().clone();
+        let parquet = ParquetWriterBuilder::from_table_properties(&props, iceberg_schema.clone());
+        let rolling = RollingFileWriterBuilder::new(
+            parquet,
+            props.write_target_file_size_bytes,
+            table.file_io().clone(),
+            DefaultLocationGenerator::new(metadata)?,
+            DefaultFileNameGenerator::new(uuid_like_prefix(), None, DataFileFormat::Parquet),
+        );
+        let builder = DataFileWriterBuilder::new(rolling);
+        let spec = metadata.default_partition_spec().clone();
+        let inner = if spec.is_unpartitioned() {
+            Inner::Unpartitioned(UnpartitionedWriter::new(builder))
+        } else {
+            Inner::Partitioned {
+                writer: FanoutWriter::new(builder),
+                splitter: RecordBatchPartitionSplitter::try_new_with_computed_values(
+                    iceberg_schema.clone(),
+                    spec,
+                )?,
+            }
+        };
+        Ok(Self {
+            inner,
+            schema: Arc::new(schema_to_arrow_schema(&iceberg_schema)?),
+            rows: 0,
+        })
+    }
+
+    /// Rows written so far.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Write one batch whose columns are the table's columns, in order.
+    pub async fn write(&mut self, batch: RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let batch = self.conform(batch)?;
+        self.rows += batch.num_rows() as u64;
+        match &mut self.inner {
+            Inner::Unpartitioned(w) => w.write(batch).await?,
+            Inner::Partitioned { writer, splitter } => {
+                for (key, part) in splitter.split(&batch)? {
+                    writer.write(key, part).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Close every open file and return the data files written.
+    pub async fn close(self) -> Result<Vec<DataFile>> {
+        Ok(match self.inner {
+            Inner::Unpartitioned(w) => w.close().await?,
+            Inner::Partitioned { writer, .. } => writer.close().await?,
+        })
+    }
+
+    /// Re-label the batch with the table's Arrow schema (which carries the field ids the
+    /// writers and the partition calculator look for), casting where only nested field
+    /// metadata differs.
+    fn conform(&self, batch: RecordBatch) -> Result<RecordBatch> {
+        if batch.num_columns() != self.schema.fields().len() {
+            return Err(Error::Internal(format!(
+                "a batch with {} columns was sent to a table with {}",
+                batch.num_columns(),
+                self.schema.fields().len()
+            )));
+        }
+        let columns = batch
+            .columns()
+            .iter()
+            .zip(self.schema.fields())
+            .map(|(col, field)| -> Result<ArrayRef> {
+                if col.data_type() == field.data_type() {
+                    Ok(col.clone())
+                } else {
+                    cast(col, field.data_type()).map_err(|e| {
+                        Error::Plan(format!(
+                            "column '{}' of type {} cannot be written as {}: {e}",
+                            field.name(),
+                            col.data_type(),
+                            field.data_type()
+                        ))
+                    })
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        RecordBatch::try_new(self.schema.clone(), columns)
+            .map_err(|e| Error::Plan(format!("rows do not fit the table's schema: {e}")))
+    }
+}
+
+/// A unique file-name prefix per writer, so that concurrent writers never collide.
+fn uuid_like_prefix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!(
+        "{nanos:x}-{:x}-{:x}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}

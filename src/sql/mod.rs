@@ -1,0 +1,10 @@
+//! The SQL front end: a parser that wraps DataFusion's, floe's own statements, and
+//! `WITH (...)` option bags.
+
+pub mod options;
+pub mod parser;
+pub mod statement;
+
+pub use options::Options;
+pub use parser::{ScriptStatement, is_complete, parse_sql, split_statements};
+pub use statement::Statement;

@@ -1,0 +1,255 @@
+//! `WITH ('key' = 'value', ...)` option bags.
+//!
+//! A statement's options are read by typed readers that remove what they read
+//! ([`Options::take_str`], [`Options::take_bool`], ...). When the statement has read all it
+//! understands, [`Options::finish`] fails if anything is left, naming every unknown key and
+//! the closest known one, so a typo is never silently ignored.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// An ordered bag of string options taken from a `WITH (...)` clause.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Options {
+    entries: BTreeMap<String, String>,
+    /// Every key (or `prefix*`) a reader asked for: the vocabulary for suggestions.
+    known: Vec<String>,
+    /// What the options belong to, for messages (`CREATE CATALOG lake`).
+    context: String,
+}
+
+impl Options {
+    /// A bag from `(key, value)` pairs; a key given twice is an error.
+    pub fn try_new(
+        context: impl Into<String>,
+        pairs: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self> {
+        let context = context.into();
+        let mut entries = BTreeMap::new();
+        for (k, v) in pairs {
+            if entries.insert(k.clone(), v).is_some() {
+                return Err(Error::Option(format!(
+                    "option '{k}' is given twice in {context}"
+                )));
+            }
+        }
+        Ok(Self {
+            entries,
+            known: Vec::new(),
+            context,
+        })
+    }
+
+    /// Whether no option is left.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Remove and return `key`, if present.
+    pub fn take_str(&mut self, key: &str) -> Option<String> {
+        self.known.push(key.to_string());
+        self.entries.remove(key)
+    }
+
+    /// Remove and return `key`, failing if it is absent.
+    pub fn require_str(&mut self, key: &str) -> Result<String> {
+        self.take_str(key)
+            .ok_or_else(|| Error::Option(format!("{} needs the option '{key}'", self.context)))
+    }
+
+    /// Remove `key` and parse it as `true` / `false`.
+    pub fn take_bool(&mut self, key: &str) -> Result<Option<bool>> {
+        match self.take_str(key) {
+            None => Ok(None),
+            Some(v) => match v.to_ascii_lowercase().as_str() {
+                "true" | "on" | "yes" => Ok(Some(true)),
+                "false" | "off" | "no" => Ok(Some(false)),
+                _ => Err(Error::Option(format!(
+                    "option '{key}' must be 'true' or 'false', got '{v}'"
+                ))),
+            },
+        }
+    }
+
+    /// Remove `key` and parse it as a duration (`500ms`, `10s`, `2m`, `1h`; bare numbers are
+    /// seconds).
+    pub fn take_duration(&mut self, key: &str) -> Result<Option<Duration>> {
+        match self.take_str(key) {
+            None => Ok(None),
+            Some(v) => parse_duration(&v)
+                .map(Some)
+                .map_err(|e| Error::Option(format!("option '{key}': {e}"))),
+        }
+    }
+
+    /// Remove every key that starts with `prefix`, returned without the prefix.
+    pub fn take_prefixed(&mut self, prefix: &str) -> BTreeMap<String, String> {
+        self.known.push(format!("{prefix}*"));
+        let keys: Vec<String> = self
+            .entries
+            .keys()
+            .filter(|k| k.starts_with(prefix))
+            .cloned()
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| {
+                let v = self.entries.remove(&k)?;
+                Some((k[prefix.len()..].to_string(), v))
+            })
+            .collect()
+    }
+
+    /// Remove and return everything left, for options passed through verbatim.
+    pub fn take_all(&mut self) -> BTreeMap<String, String> {
+        std::mem::take(&mut self.entries)
+    }
+
+    /// Fail if any option was not read, naming each and suggesting the closest known key.
+    pub fn finish(self) -> Result<()> {
+        if self.entries.is_empty() {
+            return Ok(());
+        }
+        let mut parts = Vec::new();
+        for key in self.entries.keys() {
+            match closest(key, &self.known) {
+                Some(near) => parts.push(format!("'{key}' (did you mean '{near}'?)")),
+                None => parts.push(format!("'{key}'")),
+            }
+        }
+        let mut known: Vec<&str> = self.known.iter().map(String::as_str).collect();
+        known.sort_unstable();
+        known.dedup();
+        Err(Error::Option(format!(
+            "unknown option{} in {}: {}; known options: {}",
+            if parts.len() == 1 { "" } else { "s" },
+            self.context,
+            parts.join(", "),
+            known.join(", ")
+        )))
+    }
+}
+
+impl fmt::Display for Options {
+    /// Prints the bag as a SQL `WITH (...)` clause body: `'a' = 'b', 'c' = 'd'`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for (k, v) in &self.entries {
+            if !first {
+                f.write_str(", ")?;
+            }
+            first = false;
+            write!(f, "{} = {}", quote(k), quote(v))?;
+        }
+        Ok(())
+    }
+}
+
+/// A SQL string literal for `s`.
+pub fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// Parse `500ms`, `10s`, `2m`, `1h` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration (try '500ms', '10s', '2m' or '1h')"))?;
+    let secs = match unit.trim() {
+        "ms" | "millis" | "milliseconds" => n / 1000.0,
+        "" | "s" | "sec" | "secs" | "second" | "seconds" => n,
+        "m" | "min" | "mins" | "minute" | "minutes" => n * 60.0,
+        "h" | "hour" | "hours" => n * 3600.0,
+        other => return Err(format!("unknown unit '{other}' in duration '{s}'")),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// The known key nearest to `key` by edit distance, when near enough to be a typo.
+fn closest<'a>(key: &str, known: &'a [String]) -> Option<&'a str> {
+    known
+        .iter()
+        .map(|k| (levenshtein(key, k.trim_end_matches('*')), k))
+        .filter(|(d, k)| *d <= (k.len().max(key.len()) / 3).max(2))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k.as_str())
+}
+
+fn levenshtein(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bag(pairs: &[(&str, &str)]) -> Options {
+        Options::try_new(
+            "CREATE CATALOG c",
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_a_suggestion() {
+        let mut o = bag(&[("type", "iceberg"), ("warehous", "w")]);
+        assert_eq!(o.take_str("type").as_deref(), Some("iceberg"));
+        assert_eq!(o.take_str("warehouse"), None);
+        let err = o.finish().unwrap_err().to_string();
+        assert!(
+            err.contains("'warehous' (did you mean 'warehouse'?)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn duplicate_key_is_an_error() {
+        let err = Options::try_new("X", [("a".into(), "1".into()), ("a".into(), "2".into())])
+            .unwrap_err();
+        assert!(err.to_string().contains("'a' is given twice"));
+    }
+
+    #[test]
+    fn prefixed_keys_are_taken_together() {
+        let mut o = bag(&[("s3.endpoint", "e"), ("s3.region", "r"), ("type", "t")]);
+        let s3 = o.take_prefixed("s3.");
+        assert_eq!(s3.len(), 2);
+        assert_eq!(s3["region"], "r");
+        o.take_str("type");
+        o.finish().unwrap();
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("3 weeks").is_err());
+    }
+
+    #[test]
+    fn bools_parse() {
+        let mut o = bag(&[("a", "TRUE"), ("b", "maybe")]);
+        assert_eq!(o.take_bool("a").unwrap(), Some(true));
+        assert!(o.take_bool("b").is_err());
+    }
+}

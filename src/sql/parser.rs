@@ -1,0 +1,669 @@
+//! floe's SQL parser: DataFusion's [`DFParser`] plus floe's own statements.
+//!
+//! The parser looks at the first words of each statement; floe's statements (catalogs,
+//! namespaces, Iceberg `CREATE TABLE`, `SHOW`, `DESCRIBE`) are parsed here with the
+//! sqlparser primitives, everything else is handed to DataFusion unchanged.
+//!
+//! Time travel is accepted in both the Trino and the Spark spelling and rewritten into a
+//! table name suffix that the catalog provider resolves (see [`crate::catalog`]):
+//!
+//! ```text
+//! t FOR VERSION AS OF 123        t VERSION AS OF 123        -> t$version=123
+//! t FOR TIMESTAMP AS OF '<ts>'   t TIMESTAMP AS OF '<ts>'   -> t$timestamp=<epoch millis>
+//! t FOR SYSTEM_TIME AS OF '<ts>'
+//! ```
+
+use std::ops::ControlFlow;
+
+use chrono::{DateTime, NaiveDate, NaiveDateTime};
+use datafusion::sql::parser::{DFParser, DFParserBuilder, Statement as DFStatement};
+use datafusion::sql::sqlparser::ast::{
+    ObjectName, ObjectNamePart, TableFactor, VisitMut, VisitorMut,
+};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer};
+
+use super::statement::*;
+use crate::error::{Error, Result};
+
+static DIALECT: GenericDialect = GenericDialect {};
+
+/// One statement of a script: its tokens and the line it starts on.
+#[derive(Debug, Clone)]
+pub struct ScriptStatement {
+    /// 1-based line of the statement's first token.
+    pub line: u64,
+    tokens: Vec<TokenWithSpan>,
+}
+
+impl ScriptStatement {
+    /// Parse this statement.
+    pub fn parse(&self) -> Result<Statement> {
+        parse_tokens(self.tokens.clone())
+    }
+}
+
+/// Split a script into statements at top-level `;`, without parsing them, so that a
+/// script can run statement by statement and report the line of the one that fails.
+pub fn split_statements(sql: &str) -> Result<Vec<ScriptStatement>> {
+    let tokens = tokenize(sql)?;
+    let mut out = Vec::new();
+    let mut current: Vec<TokenWithSpan> = Vec::new();
+    let mut flush = |current: &mut Vec<TokenWithSpan>| {
+        let first = current.iter().find(|t| !is_blank(&t.token));
+        if let Some(first) = first {
+            out.push(ScriptStatement {
+                line: first.span.start.line,
+                tokens: std::mem::take(current),
+            });
+        } else {
+            current.clear();
+        }
+    };
+    for t in tokens {
+        if t.token == Token::SemiColon {
+            flush(&mut current);
+        } else {
+            current.push(t);
+        }
+    }
+    flush(&mut current);
+    Ok(out)
+}
+
+/// Parse every statement in `sql`.
+pub fn parse_sql(sql: &str) -> Result<Vec<Statement>> {
+    split_statements(sql)?.iter().map(|s| s.parse()).collect()
+}
+
+/// Whether `sql` is a complete input for the REPL: it ends with `;` outside any string or
+/// comment. A tokenizer error (an unterminated string, say) means more input is coming.
+pub fn is_complete(sql: &str) -> bool {
+    match Tokenizer::new(&DIALECT, sql).tokenize() {
+        Ok(tokens) => tokens
+            .iter()
+            .rev()
+            .find(|t| !is_blank(t))
+            .is_some_and(|t| *t == Token::SemiColon),
+        Err(_) => false,
+    }
+}
+
+fn tokenize(sql: &str) -> Result<Vec<TokenWithSpan>> {
+    Tokenizer::new(&DIALECT, sql)
+        .tokenize_with_location()
+        .map_err(|e| Error::Syntax(e.to_string()))
+}
+
+fn is_blank(t: &Token) -> bool {
+    matches!(t, Token::Whitespace(_) | Token::EOF)
+}
+
+fn parse_tokens(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
+    let (tokens, marks) = extract_time_travel(tokens)?;
+    let df = DFParserBuilder::new(tokens)
+        .with_dialect(&DIALECT)
+        .build()?;
+    let mut parser = Parser { df };
+    let mut stmt = parser.parse_statement()?;
+    let _ = parser.df.parser.consume_token(&Token::SemiColon);
+    let next = parser.df.parser.peek_token();
+    if next.token != Token::EOF {
+        return Err(Error::Syntax(format!(
+            "unexpected '{}' at line {}, column {}: expected the end of the statement \
+             (is a ';' missing?)",
+            next.token, next.span.start.line, next.span.start.column
+        )));
+    }
+    if !marks.is_empty() {
+        apply_time_travel(&mut stmt, marks)?;
+    }
+    Ok(stmt)
+}
+
+/// floe's statement parser: a [`DFParser`] with floe's statements in front.
+pub struct Parser<'a> {
+    df: DFParser<'a>,
+}
+
+impl Parser<'_> {
+    fn word(&self, n: usize) -> Option<String> {
+        match self.df.parser.peek_nth_token(n).token {
+            Token::Word(w) if w.quote_style.is_none() => Some(w.value.to_ascii_uppercase()),
+            _ => None,
+        }
+    }
+
+    fn words_are(&self, words: &[&str]) -> bool {
+        words
+            .iter()
+            .enumerate()
+            .all(|(i, w)| self.word(i).as_deref() == Some(*w))
+    }
+
+    fn skip(&mut self, n: usize) {
+        for _ in 0..n {
+            self.df.parser.next_token();
+        }
+    }
+
+    fn is_schema_word(&self, n: usize) -> bool {
+        matches!(
+            self.word(n).as_deref(),
+            Some("SCHEMA" | "NAMESPACE" | "DATABASE")
+        )
+    }
+
+    /// Parse one statement.
+    pub fn parse_statement(&mut self) -> Result<Statement> {
+        if self.words_are(&["CREATE", "CATALOG"]) {
+            self.skip(2);
+            return self.parse_create_catalog();
+        }
+        if self.words_are(&["DROP", "CATALOG"]) {
+            self.skip(2);
+            let if_exists = self.parse_if_exists();
+            let name = self.df.parser.parse_identifier()?.value;
+            return Ok(Statement::DropCatalog(DropCatalog { name, if_exists }));
+        }
+        if self.words_are(&["SHOW", "CATALOGS"]) {
+            self.skip(2);
+            return Ok(Statement::ShowCatalogs);
+        }
+        if self.word(0).as_deref() == Some("CREATE") && self.is_schema_word(1) {
+            self.skip(2);
+            let if_not_exists = self.parse_if_not_exists();
+            let name = self.df.parser.parse_object_name(false)?;
+            let options = self.parse_with_options()?;
+            return Ok(Statement::CreateSchema(CreateSchema {
+                name,
+                if_not_exists,
+                options,
+            }));
+        }
+        if self.word(0).as_deref() == Some("DROP") && self.is_schema_word(1) {
+            self.skip(2);
+            let if_exists = self.parse_if_exists();
+            let name = self.df.parser.parse_object_name(false)?;
+            return Ok(Statement::DropSchema(DropSchema { name, if_exists }));
+        }
+        if self.word(0).as_deref() == Some("SHOW")
+            && matches!(
+                self.word(1).as_deref(),
+                Some("SCHEMAS" | "NAMESPACES" | "DATABASES")
+            )
+        {
+            self.skip(2);
+            let catalog = if self.parse_in_or_from() {
+                Some(self.df.parser.parse_identifier()?.value)
+            } else {
+                None
+            };
+            return Ok(Statement::ShowSchemas(ShowSchemas { catalog }));
+        }
+        if self.words_are(&["SHOW", "TABLES"]) {
+            self.skip(2);
+            let namespace = if self.parse_in_or_from() {
+                Some(self.df.parser.parse_object_name(false)?)
+            } else {
+                None
+            };
+            return Ok(Statement::ShowTables(ShowTables { namespace }));
+        }
+        if matches!(self.word(0).as_deref(), Some("DESCRIBE" | "DESC")) {
+            self.skip(1);
+            if self.word(0).as_deref() == Some("TABLE") {
+                self.skip(1);
+            }
+            let name = self.df.parser.parse_object_name(false)?;
+            return Ok(Statement::Describe(Describe { name }));
+        }
+        if self.words_are(&["CREATE", "TABLE"]) {
+            self.skip(2);
+            return self.parse_create_table();
+        }
+        if self.words_are(&["DROP", "TABLE"]) {
+            self.skip(2);
+            let if_exists = self.parse_if_exists();
+            let name = self.df.parser.parse_object_name(false)?;
+            return Ok(Statement::DropTable(DropTable { name, if_exists }));
+        }
+        let stmt = self.df.parse_statement()?;
+        Ok(Statement::DataFusion(Box::new(stmt)))
+    }
+
+    fn parse_if_exists(&mut self) -> bool {
+        self.df
+            .parser
+            .parse_keywords(&[Keyword::IF, Keyword::EXISTS])
+    }
+
+    fn parse_if_not_exists(&mut self) -> bool {
+        self.df
+            .parser
+            .parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS])
+    }
+
+    fn parse_in_or_from(&mut self) -> bool {
+        self.df.parser.parse_keyword(Keyword::IN) || self.df.parser.parse_keyword(Keyword::FROM)
+    }
+
+    fn parse_create_catalog(&mut self) -> Result<Statement> {
+        let if_not_exists = self.parse_if_not_exists();
+        let name = self.df.parser.parse_identifier()?.value;
+        let options = self.parse_with_options()?;
+        if options.is_empty() {
+            return Err(Error::Syntax(format!(
+                "CREATE CATALOG {name} needs WITH ('type' = 'iceberg', 'catalog-type' = ..., ...)"
+            )));
+        }
+        Ok(Statement::CreateCatalog(CreateCatalog {
+            name,
+            if_not_exists,
+            options,
+        }))
+    }
+
+    fn parse_create_table(&mut self) -> Result<Statement> {
+        let if_not_exists = self.parse_if_not_exists();
+        let name = self.df.parser.parse_object_name(false)?;
+        let columns = if self.df.parser.peek_token().token == Token::LParen
+            && !self.starts_query_in_parens()
+        {
+            let (columns, constraints) = self.df.parser.parse_columns()?;
+            if let Some(c) = constraints.first() {
+                return Err(Error::Unsupported(format!(
+                    "table constraint '{c}': Iceberg tables have no constraints \
+                     besides NOT NULL on a column"
+                )));
+            }
+            columns
+        } else {
+            Vec::new()
+        };
+        let mut partitioned_by = Vec::new();
+        if self
+            .df
+            .parser
+            .parse_keywords(&[Keyword::PARTITIONED, Keyword::BY])
+        {
+            self.df.parser.expect_token(&Token::LParen)?;
+            partitioned_by = self.df.parser.parse_comma_separated(|p| p.parse_expr())?;
+            self.df.parser.expect_token(&Token::RParen)?;
+        }
+        let options = self.parse_with_options()?;
+        let query = if self.df.parser.parse_keyword(Keyword::AS) {
+            Some(self.df.parser.parse_query()?)
+        } else {
+            None
+        };
+        if columns.is_empty() && query.is_none() {
+            return Err(Error::Syntax(format!(
+                "CREATE TABLE {name} needs a column list or AS SELECT ..."
+            )));
+        }
+        Ok(Statement::CreateTable(Box::new(CreateTable {
+            name,
+            if_not_exists,
+            columns,
+            partitioned_by,
+            options,
+            query,
+        })))
+    }
+
+    /// `CREATE TABLE t (SELECT ...)` is not a column list.
+    fn starts_query_in_parens(&self) -> bool {
+        matches!(
+            self.df.parser.peek_nth_token(1).token,
+            Token::Word(ref w) if matches!(w.keyword, Keyword::SELECT | Keyword::WITH | Keyword::VALUES)
+        )
+    }
+
+    /// `WITH ('k' = 'v', ...)`, or nothing.
+    fn parse_with_options(&mut self) -> Result<OptionList> {
+        let p = &mut self.df.parser;
+        let with = matches!(p.peek_token().token, Token::Word(ref w) if w.keyword == Keyword::WITH);
+        if !with || p.peek_nth_token(1).token != Token::LParen {
+            return Ok(Vec::new());
+        }
+        p.next_token();
+        p.expect_token(&Token::LParen)?;
+        let mut options = Vec::new();
+        loop {
+            if p.consume_token(&Token::RParen) {
+                break;
+            }
+            let key = option_value(p.next_token(), "an option key such as 'type'")?;
+            p.expect_token(&Token::Eq)?;
+            let value = option_value(p.next_token(), "an option value in quotes")?;
+            options.push((key, value));
+            if !p.consume_token(&Token::Comma) {
+                p.expect_token(&Token::RParen)?;
+                break;
+            }
+        }
+        Ok(options)
+    }
+}
+
+/// An option key or value: a string literal; numbers and `true`/`false` are accepted too.
+fn option_value(t: TokenWithSpan, what: &str) -> Result<String> {
+    match t.token {
+        Token::SingleQuotedString(s) | Token::DoubleQuotedString(s) => Ok(s),
+        Token::Number(n, _) => Ok(n),
+        Token::Word(w) if matches!(w.keyword, Keyword::TRUE | Keyword::FALSE) => {
+            Ok(w.value.to_ascii_lowercase())
+        }
+        other => Err(Error::Syntax(format!(
+            "expected {what}, found '{other}' at line {}, column {}",
+            t.span.start.line, t.span.start.column
+        ))),
+    }
+}
+
+/// Which snapshot a time-travel clause selects.
+#[derive(Debug, Clone, PartialEq)]
+enum AsOf {
+    Version(i64),
+    TimestampMillis(i64),
+}
+
+/// A time-travel clause removed from the tokens, and the end of the table name before it.
+#[derive(Debug)]
+struct TimeTravelMark {
+    table_end: Location,
+    as_of: AsOf,
+}
+
+/// Remove `[FOR] {VERSION | TIMESTAMP | SYSTEM_TIME | SYSTEM_VERSION} AS OF <value>`
+/// clauses that follow a name, returning the remaining tokens and what was removed.
+fn extract_time_travel(
+    tokens: Vec<TokenWithSpan>,
+) -> Result<(Vec<TokenWithSpan>, Vec<TimeTravelMark>)> {
+    let solid: Vec<usize> = (0..tokens.len())
+        .filter(|&i| !is_blank(&tokens[i].token))
+        .collect();
+    let upper = |i: usize| -> Option<String> {
+        match &tokens[*solid.get(i)?].token {
+            Token::Word(w) if w.quote_style.is_none() => Some(w.value.to_ascii_uppercase()),
+            _ => None,
+        }
+    };
+    let mut drop = vec![false; tokens.len()];
+    let mut marks = Vec::new();
+    let mut i = 1;
+    while i < solid.len() {
+        let mut j = i;
+        if upper(j).as_deref() == Some("FOR") {
+            j += 1;
+        }
+        let kind = upper(j);
+        let is_clause = matches!(
+            kind.as_deref(),
+            Some("VERSION" | "TIMESTAMP" | "SYSTEM_TIME" | "SYSTEM_VERSION")
+        ) && upper(j + 1).as_deref() == Some("AS")
+            && upper(j + 2).as_deref() == Some("OF")
+            && matches!(tokens[solid[i - 1]].token, Token::Word(_));
+        if !is_clause {
+            i += 1;
+            continue;
+        }
+        let mut v = j + 3;
+        // Trino writes `FOR TIMESTAMP AS OF TIMESTAMP '...'`.
+        if upper(v).as_deref() == Some("TIMESTAMP") {
+            v += 1;
+        }
+        let Some(&value_at) = solid.get(v) else {
+            return Err(Error::Syntax(format!(
+                "{} AS OF needs a value",
+                kind.unwrap_or_default()
+            )));
+        };
+        let value = &tokens[value_at];
+        let as_of = match (&value.token, kind.as_deref()) {
+            (Token::Number(n, _), Some("VERSION" | "SYSTEM_VERSION")) => {
+                AsOf::Version(n.parse().map_err(|_| {
+                    Error::Syntax(format!("VERSION AS OF needs a snapshot id, got {n}"))
+                })?)
+            }
+            (Token::SingleQuotedString(s), Some("TIMESTAMP" | "SYSTEM_TIME")) => {
+                AsOf::TimestampMillis(parse_timestamp_millis(s)?)
+            }
+            (Token::Number(n, _), Some("TIMESTAMP" | "SYSTEM_TIME")) => {
+                AsOf::TimestampMillis(n.parse().map_err(|_| {
+                    Error::Syntax(format!("TIMESTAMP AS OF needs a timestamp, got {n}"))
+                })?)
+            }
+            (other, _) => {
+                return Err(Error::Syntax(format!(
+                    "{} AS OF needs {}, found '{other}'",
+                    kind.as_deref().unwrap_or_default(),
+                    if matches!(kind.as_deref(), Some("VERSION" | "SYSTEM_VERSION")) {
+                        "a snapshot id (a number)"
+                    } else {
+                        "a timestamp in quotes, such as '2024-05-01 12:00:00'"
+                    }
+                )));
+            }
+        };
+        marks.push(TimeTravelMark {
+            table_end: tokens[solid[i - 1]].span.end,
+            as_of,
+        });
+        for k in solid[i]..=value_at {
+            drop[k] = true;
+        }
+        i = v + 1;
+    }
+    let kept = tokens
+        .into_iter()
+        .zip(drop)
+        .filter_map(|(t, d)| (!d).then_some(t))
+        .collect();
+    Ok((kept, marks))
+}
+
+/// `'2024-05-01'`, `'2024-05-01 12:00:00[.fff]'`, or RFC 3339 with an offset; without an
+/// offset the time is UTC.
+fn parse_timestamp_millis(s: &str) -> Result<i64> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Ok(t.timestamp_millis());
+    }
+    for fmt in [
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M",
+    ] {
+        if let Ok(t) = NaiveDateTime::parse_from_str(s, fmt) {
+            return Ok(t.and_utc().timestamp_millis());
+        }
+    }
+    if let Ok(d) = NaiveDate::parse_from_str(s, "%Y-%m-%d") {
+        return Ok(d
+            .and_hms_opt(0, 0, 0)
+            .unwrap_or_default()
+            .and_utc()
+            .timestamp_millis());
+    }
+    Err(Error::Syntax(format!(
+        "'{s}' is not a timestamp: write it as '2024-05-01 12:00:00' (UTC) or \
+         '2024-05-01T12:00:00+02:00'"
+    )))
+}
+
+struct TimeTravelRewriter {
+    marks: Vec<TimeTravelMark>,
+}
+
+impl VisitorMut for TimeTravelRewriter {
+    type Break = ();
+
+    fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        if let TableFactor::Table { name, .. } = factor
+            && let Some(ObjectNamePart::Identifier(last)) = name.0.last_mut()
+            && let Some(pos) = self.marks.iter().position(|m| m.table_end == last.span.end)
+        {
+            let mark = self.marks.remove(pos);
+            last.value = with_time_travel_suffix(&last.value, &mark.as_of);
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+fn with_time_travel_suffix(table: &str, as_of: &AsOf) -> String {
+    match as_of {
+        AsOf::Version(id) => format!("{table}$version={id}"),
+        AsOf::TimestampMillis(ms) => format!("{table}$timestamp={ms}"),
+    }
+}
+
+fn apply_time_travel(stmt: &mut Statement, marks: Vec<TimeTravelMark>) -> Result<()> {
+    let mut rewriter = TimeTravelRewriter { marks };
+    match stmt {
+        Statement::DataFusion(df) => match df.as_mut() {
+            DFStatement::Statement(s) => {
+                let _ = s.visit(&mut rewriter);
+            }
+            DFStatement::Explain(e) => {
+                if let DFStatement::Statement(s) = e.statement.as_mut() {
+                    let _ = s.visit(&mut rewriter);
+                }
+            }
+            _ => {}
+        },
+        Statement::CreateTable(ct) => {
+            if let Some(q) = ct.query.as_mut() {
+                let _ = q.visit(&mut rewriter);
+            }
+        }
+        _ => {}
+    }
+    if rewriter.marks.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Syntax(
+            "FOR VERSION AS OF / FOR TIMESTAMP AS OF must follow a table name in FROM".to_string(),
+        ))
+    }
+}
+
+/// The parts of an object name as plain strings (no quotes).
+pub fn name_parts(name: &ObjectName) -> Result<Vec<String>> {
+    name.0
+        .iter()
+        .map(|p| match p {
+            ObjectNamePart::Identifier(i) => Ok(i.value.clone()),
+            other => Err(Error::Syntax(format!("'{other}' is not a plain name"))),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parse, print, parse again: both parses must agree, as sqlparser's `verified_stmt`.
+    fn round_trip(sql: &str) -> Statement {
+        let first = parse_sql(sql).unwrap();
+        assert_eq!(first.len(), 1, "{sql}");
+        let printed = first[0].to_string();
+        let second = parse_sql(&printed).unwrap_or_else(|e| panic!("{printed}: {e}"));
+        assert_eq!(first, second, "printed as: {printed}");
+        first.into_iter().next().unwrap()
+    }
+
+    #[test]
+    fn floe_statements_round_trip() {
+        for sql in [
+            "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql')",
+            "CREATE CATALOG IF NOT EXISTS lake WITH ('type' = 'iceberg')",
+            "DROP CATALOG IF EXISTS lake",
+            "SHOW CATALOGS",
+            "CREATE SCHEMA IF NOT EXISTS lake.ns",
+            "CREATE NAMESPACE lake.ns WITH ('owner' = 'me')",
+            "DROP SCHEMA lake.ns",
+            "SHOW SCHEMAS IN lake",
+            "SHOW NAMESPACES",
+            "SHOW TABLES FROM lake.ns",
+            "DESCRIBE lake.ns.t",
+            "CREATE TABLE lake.ns.t (id BIGINT NOT NULL, ts TIMESTAMP, s VARCHAR) \
+             PARTITIONED BY (days(ts), bucket(16, id), truncate(4, s), s) \
+             WITH ('format-version' = '2')",
+            "CREATE TABLE IF NOT EXISTS lake.ns.t2 AS SELECT 1 AS a",
+            "DROP TABLE IF EXISTS lake.ns.t",
+            "SELECT * FROM lake.ns.t WHERE id > 3",
+            "INSERT INTO lake.ns.t VALUES (1, NULL, 'x')",
+        ] {
+            round_trip(sql);
+        }
+    }
+
+    #[test]
+    fn create_table_parts() {
+        let Statement::CreateTable(ct) = round_trip(
+            "create table if not exists a.b.c (x int) partitioned by (hours(x)) with ('k'='v')",
+        ) else {
+            panic!("not a CREATE TABLE")
+        };
+        assert!(ct.if_not_exists);
+        assert_eq!(ct.columns.len(), 1);
+        assert_eq!(ct.partitioned_by.len(), 1);
+        assert_eq!(ct.options, vec![("k".to_string(), "v".to_string())]);
+    }
+
+    #[test]
+    fn scripts_split_with_lines() {
+        let s = split_statements("SELECT 1;\n\n-- c\nSELECT ';';\n  SELECT 3").unwrap();
+        assert_eq!(s.iter().map(|s| s.line).collect::<Vec<_>>(), vec![1, 3, 5]);
+        assert!(split_statements(";;  ;").unwrap().is_empty());
+    }
+
+    #[test]
+    fn completeness() {
+        assert!(is_complete("SELECT 1;"));
+        assert!(is_complete("SELECT 1; -- done"));
+        assert!(!is_complete("SELECT 1"));
+        assert!(!is_complete("SELECT ';"));
+        assert!(!is_complete(""));
+    }
+
+    #[test]
+    fn time_travel_is_rewritten_in_both_spellings() {
+        for (sql, suffix) in [
+            ("SELECT * FROM c.n.t FOR VERSION AS OF 42", "t$version=42"),
+            ("SELECT * FROM c.n.t VERSION AS OF 42 AS x", "t$version=42"),
+            (
+                "SELECT * FROM c.n.t FOR TIMESTAMP AS OF '1970-01-01 00:00:01'",
+                "t$timestamp=1000",
+            ),
+            (
+                "SELECT * FROM c.n.t FOR TIMESTAMP AS OF TIMESTAMP '1970-01-01T00:00:02Z'",
+                "t$timestamp=2000",
+            ),
+        ] {
+            let stmt = &parse_sql(sql).unwrap()[0];
+            assert!(stmt.to_string().contains(suffix), "{sql} -> {stmt}");
+        }
+    }
+
+    #[test]
+    fn bad_time_travel_is_explained() {
+        let err = parse_sql("SELECT * FROM t FOR VERSION AS OF 'x'").unwrap_err();
+        assert!(err.to_string().contains("snapshot id"), "{err}");
+        let err = parse_sql("SELECT * FROM t FOR TIMESTAMP AS OF 'yesterday'").unwrap_err();
+        assert!(err.to_string().contains("is not a timestamp"), "{err}");
+    }
+
+    #[test]
+    fn trailing_garbage_is_an_error() {
+        let err = parse_sql("SHOW CATALOGS please").unwrap_err();
+        assert!(err.to_string().contains("unexpected"), "{err}");
+    }
+
+    #[test]
+    fn create_catalog_needs_options() {
+        assert!(parse_sql("CREATE CATALOG lake").is_err());
+    }
+}

@@ -1,0 +1,268 @@
+//! floe's own statements, beside DataFusion's.
+//!
+//! Each struct documents its grammar and prints back as SQL that parses to the same
+//! statement (guarded by the round-trip tests in `parser.rs`).
+
+use std::fmt;
+
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast::{ColumnDef, Expr, ObjectName, Query};
+
+use super::options::quote;
+
+/// One parsed statement.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Statement {
+    /// A statement DataFusion plans itself (queries, `INSERT`, `EXPLAIN`, `SET`, ...).
+    DataFusion(Box<DFStatement>),
+    CreateCatalog(CreateCatalog),
+    DropCatalog(DropCatalog),
+    ShowCatalogs,
+    CreateSchema(CreateSchema),
+    DropSchema(DropSchema),
+    ShowSchemas(ShowSchemas),
+    CreateTable(Box<CreateTable>),
+    DropTable(DropTable),
+    ShowTables(ShowTables),
+    Describe(Describe),
+}
+
+/// A `WITH (...)` clause as written: ordered `(key, value)` pairs.
+pub type OptionList = Vec<(String, String)>;
+
+fn fmt_with(f: &mut fmt::Formatter<'_>, options: &OptionList) -> fmt::Result {
+    if options.is_empty() {
+        return Ok(());
+    }
+    f.write_str(" WITH (")?;
+    for (i, (k, v)) in options.iter().enumerate() {
+        if i > 0 {
+            f.write_str(", ")?;
+        }
+        write!(f, "{} = {}", quote(k), quote(v))?;
+    }
+    f.write_str(")")
+}
+
+fn if_not_exists(b: bool) -> &'static str {
+    if b { "IF NOT EXISTS " } else { "" }
+}
+
+fn if_exists(b: bool) -> &'static str {
+    if b { "IF EXISTS " } else { "" }
+}
+
+/// ```text
+/// CREATE CATALOG [IF NOT EXISTS] name WITH ('type' = 'iceberg', 'catalog-type' = ..., ...)
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateCatalog {
+    pub name: String,
+    pub if_not_exists: bool,
+    pub options: OptionList,
+}
+
+impl fmt::Display for CreateCatalog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "CREATE CATALOG {}{}",
+            if_not_exists(self.if_not_exists),
+            self.name
+        )?;
+        fmt_with(f, &self.options)
+    }
+}
+
+/// ```text
+/// DROP CATALOG [IF EXISTS] name
+/// ```
+/// Unregisters the catalog from the session; its tables are untouched.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DropCatalog {
+    pub name: String,
+    pub if_exists: bool,
+}
+
+impl fmt::Display for DropCatalog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DROP CATALOG {}{}", if_exists(self.if_exists), self.name)
+    }
+}
+
+/// ```text
+/// CREATE { SCHEMA | NAMESPACE | DATABASE } [IF NOT EXISTS] catalog.namespace [WITH (props)]
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateSchema {
+    pub name: ObjectName,
+    pub if_not_exists: bool,
+    pub options: OptionList,
+}
+
+impl fmt::Display for CreateSchema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "CREATE SCHEMA {}{}",
+            if_not_exists(self.if_not_exists),
+            self.name
+        )?;
+        fmt_with(f, &self.options)
+    }
+}
+
+/// ```text
+/// DROP { SCHEMA | NAMESPACE | DATABASE } [IF EXISTS] catalog.namespace
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct DropSchema {
+    pub name: ObjectName,
+    pub if_exists: bool,
+}
+
+impl fmt::Display for DropSchema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DROP SCHEMA {}{}", if_exists(self.if_exists), self.name)
+    }
+}
+
+/// ```text
+/// SHOW { SCHEMAS | NAMESPACES | DATABASES } [{ IN | FROM } catalog]
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShowSchemas {
+    pub catalog: Option<String>,
+}
+
+impl fmt::Display for ShowSchemas {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SHOW SCHEMAS")?;
+        if let Some(c) = &self.catalog {
+            write!(f, " IN {c}")?;
+        }
+        Ok(())
+    }
+}
+
+/// ```text
+/// CREATE TABLE [IF NOT EXISTS] name
+///     [( column type [NOT NULL], ... )]
+///     [PARTITIONED BY ( col | years(col) | months(col) | days(col) | hours(col)
+///                       | bucket(N, col) | truncate(N, col), ... )]
+///     [WITH ('format-version' = '2', 'key' = 'value', ...)]
+///     [AS query]
+/// ```
+/// Columns, or a query, or both (then the query's rows are cast to the columns).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateTable {
+    pub name: ObjectName,
+    pub if_not_exists: bool,
+    pub columns: Vec<ColumnDef>,
+    pub partitioned_by: Vec<Expr>,
+    pub options: OptionList,
+    pub query: Option<Box<Query>>,
+}
+
+impl fmt::Display for CreateTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "CREATE TABLE {}{}",
+            if_not_exists(self.if_not_exists),
+            self.name
+        )?;
+        if !self.columns.is_empty() {
+            f.write_str(" (")?;
+            for (i, c) in self.columns.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{c}")?;
+            }
+            f.write_str(")")?;
+        }
+        if !self.partitioned_by.is_empty() {
+            f.write_str(" PARTITIONED BY (")?;
+            for (i, e) in self.partitioned_by.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{e}")?;
+            }
+            f.write_str(")")?;
+        }
+        fmt_with(f, &self.options)?;
+        if let Some(q) = &self.query {
+            write!(f, " AS {q}")?;
+        }
+        Ok(())
+    }
+}
+
+/// ```text
+/// DROP TABLE [IF EXISTS] name
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct DropTable {
+    pub name: ObjectName,
+    pub if_exists: bool,
+}
+
+impl fmt::Display for DropTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DROP TABLE {}{}", if_exists(self.if_exists), self.name)
+    }
+}
+
+/// ```text
+/// SHOW TABLES [{ IN | FROM } [catalog.]namespace]
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShowTables {
+    pub namespace: Option<ObjectName>,
+}
+
+impl fmt::Display for ShowTables {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SHOW TABLES")?;
+        if let Some(n) = &self.namespace {
+            write!(f, " IN {n}")?;
+        }
+        Ok(())
+    }
+}
+
+/// ```text
+/// { DESCRIBE | DESC } [TABLE] name
+/// ```
+/// Columns with types and nullability; for an Iceberg table also the partition spec,
+/// the current snapshot and the location.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Describe {
+    pub name: ObjectName,
+}
+
+impl fmt::Display for Describe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DESCRIBE {}", self.name)
+    }
+}
+
+impl fmt::Display for Statement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Statement::DataFusion(s) => write!(f, "{s}"),
+            Statement::CreateCatalog(s) => write!(f, "{s}"),
+            Statement::DropCatalog(s) => write!(f, "{s}"),
+            Statement::ShowCatalogs => f.write_str("SHOW CATALOGS"),
+            Statement::CreateSchema(s) => write!(f, "{s}"),
+            Statement::DropSchema(s) => write!(f, "{s}"),
+            Statement::ShowSchemas(s) => write!(f, "{s}"),
+            Statement::CreateTable(s) => write!(f, "{s}"),
+            Statement::DropTable(s) => write!(f, "{s}"),
+            Statement::ShowTables(s) => write!(f, "{s}"),
+            Statement::Describe(s) => write!(f, "{s}"),
+        }
+    }
+}
