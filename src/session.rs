@@ -10,7 +10,7 @@ use datafusion::catalog::{CatalogProvider, CatalogProviderList};
 use datafusion::execution::context::SessionContext;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::SessionConfig;
-use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::parser::{DFParserBuilder, Statement as DFStatement};
 use datafusion::sql::sqlparser::ast::{ObjectName, Statement as SQLStatement};
 use iceberg::spec::{Schema as IcebergSchema, Transform};
 use iceberg::table::Table;
@@ -243,19 +243,11 @@ impl Session {
         Ok(Output::Rows(schema, batches))
     }
 
-    /// Run SQL text that floe built (a statement printed back), through the parser.
+    /// Run SQL text that floe built (one of its statements printed back) through
+    /// DataFusion's own parser: used where a statement targets DataFusion's in-memory catalog.
     async fn run_text(&self, sql: &str) -> Result<Output> {
-        let mut stmts = parse_sql(sql)?;
-        if stmts.len() != 1 {
-            return Err(Error::Internal(format!("expected one statement in: {sql}")));
-        }
-        let stmt = stmts.remove(0);
-        match stmt {
-            Statement::DataFusion(s) => self.run_datafusion(*s).await,
-            other => Err(Error::Internal(format!(
-                "not a DataFusion statement: {other}"
-            ))),
-        }
+        let stmt = DFParserBuilder::new(sql).build()?.parse_statement()?;
+        self.run_datafusion(stmt).await
     }
 
     async fn create_catalog(&self, s: CreateCatalog) -> Result<Output> {

@@ -104,15 +104,31 @@ impl LakeSchemaProvider {
         let ident = TableIdent::new(self.namespace.clone(), name.to_string());
         match self.catalog.load_table(&ident).await {
             Ok(t) => Ok(Some(t)),
-            Err(e) if e.kind() == ErrorKind::TableNotFound => Ok(None),
-            Err(e) if e.kind() == ErrorKind::NamespaceNotFound => Err(Error::NotFound(format!(
-                "namespace '{}.{}' does not exist (CREATE SCHEMA {}.{} creates it)",
-                self.catalog_name,
-                self.namespace.to_url_string(),
-                self.catalog_name,
-                self.namespace.to_url_string()
-            ))
-            .into()),
+            Err(e)
+                if e.kind() == ErrorKind::TableNotFound
+                    && self
+                        .catalog
+                        .namespace_exists(&self.namespace)
+                        .await
+                        .unwrap_or(true) =>
+            {
+                Ok(None)
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::NamespaceNotFound | ErrorKind::TableNotFound
+                ) =>
+            {
+                Err(Error::NotFound(format!(
+                    "namespace '{}.{}' does not exist (CREATE SCHEMA {}.{} creates it)",
+                    self.catalog_name,
+                    self.namespace.to_url_string(),
+                    self.catalog_name,
+                    self.namespace.to_url_string()
+                ))
+                .into())
+            }
             Err(e) => Err(Error::from(e).into()),
         }
     }

@@ -6,7 +6,8 @@ use std::time::Duration;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::csv::WriterBuilder as CsvWriterBuilder;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::json::{ArrayWriter, LineDelimitedWriter};
+use datafusion::arrow::json::WriterBuilder as JsonWriterBuilder;
+use datafusion::arrow::json::writer::{JsonArray, LineDelimited};
 use datafusion::arrow::util::pretty::pretty_format_batches_with_schema;
 
 use crate::error::{Error, Result};
@@ -98,7 +99,9 @@ impl PrintOptions {
                 Ok(())
             }
             Format::Json => {
-                let mut w = ArrayWriter::new(&mut *out);
+                let mut w = JsonWriterBuilder::new()
+                    .with_explicit_nulls(true)
+                    .build::<_, JsonArray>(&mut *out);
                 for b in batches {
                     w.write(b).map_err(io_err)?;
                 }
@@ -110,7 +113,9 @@ impl PrintOptions {
                 writeln!(out).map_err(io_err)
             }
             Format::Ndjson => {
-                let mut w = LineDelimitedWriter::new(&mut *out);
+                let mut w = JsonWriterBuilder::new()
+                    .with_explicit_nulls(true)
+                    .build::<_, LineDelimited>(&mut *out);
                 for b in batches {
                     w.write(b).map_err(io_err)?;
                 }

@@ -506,6 +506,12 @@ impl VisitorMut for TimeTravelRewriter {
             && let Some(pos) = self.marks.iter().position(|m| m.table_end == last.span.end)
         {
             let mark = self.marks.remove(pos);
+            // Quote the new name so that it prints back as SQL that parses; an unquoted
+            // name is lower-cased first, as DataFusion would have.
+            if last.quote_style.is_none() {
+                last.value = last.value.to_lowercase();
+                last.quote_style = Some('"');
+            }
             last.value = with_time_travel_suffix(&last.value, &mark.as_of);
         }
         ControlFlow::Continue(())
