@@ -87,20 +87,34 @@ fn rows(batches: &[RecordBatch]) -> Result<Vec<Vec<String>>, Error> {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| Error::Internal(e.to_string()))?;
         for row in 0..batch.num_rows() {
-            out.push(
-                formatters
-                    .iter()
-                    .zip(batch.columns())
-                    .map(|(f, c)| {
-                        let s = f.value(row).to_string();
-                        if s.is_empty() && !c.is_null(row) {
-                            "(empty)".to_string()
-                        } else {
-                            s
-                        }
-                    })
-                    .collect(),
-            );
+            let cells: Vec<Vec<String>> = formatters
+                .iter()
+                .zip(batch.columns())
+                .map(|(f, c)| {
+                    // Plans end lines with spaces and the text with a newline.
+                    let s = f.value(row).to_string();
+                    let lines: Vec<String> = s
+                        .trim_end()
+                        .lines()
+                        .map(|l| l.trim_end().to_string())
+                        .collect();
+                    if lines.is_empty() && !c.is_null(row) {
+                        vec!["(empty)".to_string()]
+                    } else {
+                        lines
+                    }
+                })
+                .collect();
+            // A cell of several lines (a plan) spreads over several rows.
+            let height = cells.iter().map(Vec::len).max().unwrap_or(1).max(1);
+            for i in 0..height {
+                out.push(
+                    cells
+                        .iter()
+                        .map(|c| c.get(i).cloned().unwrap_or_default())
+                        .collect(),
+                );
+            }
         }
     }
     Ok(out)
@@ -126,12 +140,29 @@ fn slt_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// Compares rows with expected lines after collapsing whitespace on both sides (plans are
+/// indented); lines with `<slt:ignore>` use sqllogictest's own fragment matching.
+fn validator(
+    normalizer: sqllogictest::Normalizer,
+    actual: &[Vec<String>],
+    expected: &[String],
+) -> bool {
+    if expected.iter().any(|l| l.contains("<slt:ignore>")) {
+        return sqllogictest::default_validator(normalizer, actual, expected);
+    }
+    let actual: Vec<String> = actual.iter().map(|r| normalizer(&r.join(" "))).collect();
+    let expected: Vec<String> = expected.iter().map(normalizer).collect();
+    actual == expected
+}
+
 fn make_runner() -> Runner<FloeDb, impl sqllogictest::MakeConnection<Conn = FloeDb>> {
-    Runner::new(|| async {
+    let mut runner = Runner::new(|| async {
         Ok(FloeDb {
             session: Session::new(),
         })
-    })
+    });
+    runner.with_validator(validator);
+    runner
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -162,7 +193,7 @@ async fn main() {
                 .update_test_file(
                     file,
                     " ",
-                    sqllogictest::default_validator,
+                    validator,
                     sqllogictest::default_normalizer,
                     sqllogictest::default_column_validator,
                 )
@@ -172,7 +203,7 @@ async fn main() {
             runner
                 .run_file_async(file)
                 .await
-                .map_err(|e| e.display(true).to_string())
+                .map_err(|e| e.display(false).to_string())
         };
         match result {
             Ok(()) => {

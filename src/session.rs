@@ -16,7 +16,7 @@ use iceberg::spec::{Schema as IcebergSchema, Transform};
 use iceberg::table::Table;
 use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent};
 
-use crate::catalog::schema::{iceberg_schema, partition_spec, schema_from_columns};
+use crate::catalog::schema::{iceberg_schema, partition_spec, schema_from_columns, type_name};
 use crate::catalog::{CatalogHandle, LakeCatalogProvider, connect};
 use crate::error::{Error, Result};
 use crate::sql::parser::name_parts;
@@ -531,7 +531,11 @@ impl Session {
                         }
                         vec![ident]
                     }
-                    None => cat.list_namespaces(None).await?,
+                    None => {
+                        let mut all = cat.list_namespaces(None).await?;
+                        all.sort_by_key(|n| n.to_url_string());
+                        all
+                    }
                 };
                 for n in namespaces {
                     let mut tables = cat.list_tables(&n).await?;
@@ -600,7 +604,7 @@ fn describe_rows(table: &Table) -> Result<Output> {
     for f in schema.as_struct().fields() {
         push(
             f.name.clone(),
-            f.field_type.to_string(),
+            type_name(&f.field_type),
             if f.required { "NO" } else { "YES" }.to_string(),
         );
     }

@@ -8,7 +8,7 @@ use datafusion::sql::sqlparser::ast::{
     FunctionArg, FunctionArgExpr, FunctionArguments, TimezoneInfo, Value,
 };
 use iceberg::arrow::arrow_schema_to_schema_auto_assign_ids;
-use iceberg::spec::{Schema, Transform, UnboundPartitionSpec};
+use iceberg::spec::{Schema, Transform, Type, UnboundPartitionSpec};
 
 use crate::error::{Error, Result};
 
@@ -188,10 +188,32 @@ fn sql_type(t: &SqlType) -> Result<DataType> {
             return Err(Error::Unsupported(format!(
                 "column type {other}; Iceberg tables take BOOLEAN, INT, BIGINT, FLOAT, DOUBLE, \
                  DECIMAL(p, s), STRING, BINARY, DATE, TIME, TIMESTAMP, TIMESTAMPTZ, UUID, \
-                 ARRAY<t>, STRUCT<...>, MAP<k, v>"
+                 ARRAY<t>, STRUCT<...>, MAP(k, v)"
             )));
         }
     })
+}
+
+/// An Iceberg type as users read it: `long`, `decimal(10, 2)`, `list<string>`,
+/// `map<string, long>`, `struct<a: int, b: string>`.
+pub fn type_name(t: &Type) -> String {
+    match t {
+        Type::Primitive(p) => p.to_string(),
+        Type::List(l) => format!("list<{}>", type_name(&l.element_field.field_type)),
+        Type::Map(m) => format!(
+            "map<{}, {}>",
+            type_name(&m.key_field.field_type),
+            type_name(&m.value_field.field_type)
+        ),
+        Type::Struct(s) => format!(
+            "struct<{}>",
+            s.fields()
+                .iter()
+                .map(|f| format!("{}: {}", f.name, type_name(&f.field_type)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 /// The partition spec for `PARTITIONED BY (...)` over `schema`.
@@ -282,13 +304,14 @@ mod tests {
     fn columns_map_to_iceberg_types() {
         let (schema, _) = create(
             "CREATE TABLE t (a INT NOT NULL, b BIGINT, c STRING, d TIMESTAMP, e DECIMAL(10, 2), \
-             f ARRAY<STRING>, g DATE, h TIMESTAMP WITH TIME ZONE)",
+             f ARRAY<STRING>, g DATE, h TIMESTAMP WITH TIME ZONE, \
+             i STRUCT<x INT, y MAP(STRING, BIGINT)>)",
         );
         let types: Vec<String> = schema
             .as_struct()
             .fields()
             .iter()
-            .map(|f| format!("{}:{}:{}", f.name, f.field_type, f.required))
+            .map(|f| format!("{}:{}:{}", f.name, type_name(&f.field_type), f.required))
             .collect();
         assert_eq!(
             types,
@@ -297,10 +320,11 @@ mod tests {
                 "b:long:false",
                 "c:string:false",
                 "d:timestamp:false",
-                "e:decimal(10,2):false",
+                "e:decimal(10, 2):false",
                 "f:list<string>:false",
                 "g:date:false",
                 "h:timestamptz:false",
+                "i:struct<x: int, y: map<string, long>>:false",
             ]
         );
     }

@@ -107,9 +107,6 @@ impl PrintOptions {
                 }
                 w.finish().map_err(io_err)?;
                 drop(w);
-                if batches.iter().all(|b| b.num_rows() == 0) {
-                    write!(out, "[]").map_err(io_err)?;
-                }
                 writeln!(out).map_err(io_err)
             }
             Format::Ndjson => {

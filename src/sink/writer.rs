@@ -30,10 +30,10 @@ type FileWriterBuilder =
     DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
 
 enum Inner {
-    Unpartitioned(UnpartitionedWriter<FileWriterBuilder>),
+    Unpartitioned(Box<UnpartitionedWriter<FileWriterBuilder>>),
     Partitioned {
-        writer: FanoutWriter<FileWriterBuilder>,
-        splitter: RecordBatchPartitionSplitter,
+        writer: Box<FanoutWriter<FileWriterBuilder>>,
+        splitter: Box<RecordBatchPartitionSplitter>,
     },
 }
 
@@ -70,14 +70,14 @@ impl TableWriter {
         let builder = DataFileWriterBuilder::new(rolling);
         let spec = metadata.default_partition_spec().clone();
         let inner = if spec.is_unpartitioned() {
-            Inner::Unpartitioned(UnpartitionedWriter::new(builder))
+            Inner::Unpartitioned(Box::new(UnpartitionedWriter::new(builder)))
         } else {
             Inner::Partitioned {
-                writer: FanoutWriter::new(builder),
-                splitter: RecordBatchPartitionSplitter::try_new_with_computed_values(
+                writer: Box::new(FanoutWriter::new(builder)),
+                splitter: Box::new(RecordBatchPartitionSplitter::try_new_with_computed_values(
                     iceberg_schema.clone(),
                     spec,
-                )?,
+                )?),
             }
         };
         Ok(Self {

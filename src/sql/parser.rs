@@ -452,9 +452,7 @@ fn extract_time_travel(
             table_end: tokens[solid[i - 1]].span.end,
             as_of,
         });
-        for k in solid[i]..=value_at {
-            drop[k] = true;
-        }
+        drop[solid[i]..=value_at].fill(true);
         i = v + 1;
     }
     let kept = tokens
@@ -622,7 +620,7 @@ mod tests {
     #[test]
     fn scripts_split_with_lines() {
         let s = split_statements("SELECT 1;\n\n-- c\nSELECT ';';\n  SELECT 3").unwrap();
-        assert_eq!(s.iter().map(|s| s.line).collect::<Vec<_>>(), vec![1, 3, 5]);
+        assert_eq!(s.iter().map(|s| s.line).collect::<Vec<_>>(), vec![1, 4, 5]);
         assert!(split_statements(";;  ;").unwrap().is_empty());
     }
 

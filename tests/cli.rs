@@ -1,0 +1,305 @@
+//! The `floe` binary, run as a user runs it: scripts, exit codes, output formats, errors.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn floe(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_floe"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("the floe binary runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+const CATALOG: &str = "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql', \
+                       'uri' = 'sqlite:lake/catalog.db', 'warehouse' = 'lake/warehouse');";
+
+#[test]
+fn a_script_stops_at_the_first_failing_statement_and_names_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("s.sql");
+    std::fs::write(
+        &script,
+        "SELECT 1 AS one;\n\n-- the next statement fails\nSELECT *\n  FROM nowhere;\nSELECT 3 AS three;\n",
+    )
+    .unwrap();
+    let out = floe(dir.path(), &["-q", "--format", "csv", "-f", "s.sql"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(text(&out.stdout), "one\n1\n");
+    let err = text(&out.stderr);
+    assert!(err.contains("Error in s.sql at line 4:"), "{err}");
+    assert!(err.contains("nowhere"), "{err}");
+
+    let out = floe(
+        dir.path(),
+        &[
+            "-q",
+            "--format",
+            "csv",
+            "--continue-on-error",
+            "-f",
+            "s.sql",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(text(&out.stdout), "one\n1\nthree\n3\n");
+}
+
+#[test]
+fn a_missing_script_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = floe(dir.path(), &["-f", "nope.sql"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("cannot read nope.sql"));
+}
+
+#[test]
+fn output_formats() {
+    let dir = tempfile::tempdir().unwrap();
+    let sql =
+        "SELECT 1 AS a, 'x' AS b, CAST(NULL AS INT) AS c UNION ALL SELECT 2, 'y', 3 ORDER BY a";
+    let run = |format: &str| {
+        let out = floe(dir.path(), &["-q", "--format", format, "-c", sql]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    assert_eq!(run("csv"), "a,b,c\n1,x,\n2,y,3\n");
+    assert_eq!(
+        run("json"),
+        "[{\"a\":1,\"b\":\"x\",\"c\":null},{\"a\":2,\"b\":\"y\",\"c\":3}]\n"
+    );
+    assert_eq!(
+        run("ndjson"),
+        "{\"a\":1,\"b\":\"x\",\"c\":null}\n{\"a\":2,\"b\":\"y\",\"c\":3}\n"
+    );
+    let table = run("table");
+    assert!(table.contains("| a | b | c |"), "{table}");
+    assert!(
+        !table.contains("row(s) fetched"),
+        "quiet mode prints no footer"
+    );
+
+    let out = floe(dir.path(), &["-c", sql]);
+    let loud = text(&out.stdout);
+    assert!(loud.contains("2 row(s) fetched."), "{loud}");
+    assert!(loud.contains("Elapsed"), "{loud}");
+
+    let out = floe(dir.path(), &["--maxrows", "1", "-c", sql]);
+    let cut = text(&out.stdout);
+    assert!(
+        cut.contains("2 row(s) fetched. (First 1 displayed."),
+        "{cut}"
+    );
+    assert!(!cut.contains("| 2 |"), "{cut}");
+
+    let out = floe(
+        dir.path(),
+        &["-q", "--format", "json", "-c", "SELECT 1 AS a WHERE false"],
+    );
+    assert_eq!(text(&out.stdout), "[]\n");
+}
+
+#[test]
+fn commands_run_in_one_session_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = floe(
+        dir.path(),
+        &[
+            "-q",
+            "--format",
+            "csv",
+            "-c",
+            CATALOG,
+            "-c",
+            "CREATE SCHEMA lake.db; CREATE TABLE lake.db.t (id BIGINT, ts TIMESTAMP) PARTITIONED BY (days(ts));",
+            "-c",
+            "INSERT INTO lake.db.t VALUES (1, TIMESTAMP '2024-05-01 10:00:00');",
+            "-c",
+            "SELECT id FROM lake.db.t;",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "count\n1\nid\n1\n");
+    // The catalog lives on in its files: a new process sees the table.
+    let out = floe(
+        dir.path(),
+        &[
+            "-q",
+            "--format",
+            "csv",
+            "-c",
+            CATALOG,
+            "-c",
+            "SELECT count(*) AS n FROM lake.db.t",
+        ],
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "count\nn\n1\n".replacen("count\n", "", 1)
+    );
+    // Relative paths were stored as absolute file:// URIs.
+    let out = floe(
+        dir.path(),
+        &[
+            "-q",
+            "--format",
+            "csv",
+            "-c",
+            CATALOG,
+            "-c",
+            "SELECT file_path FROM lake.db.\"t$files\"",
+        ],
+    );
+    let path = text(&out.stdout);
+    assert!(path.contains("file:///"), "{path}");
+    assert!(
+        path.contains("/lake/warehouse/db/t/data/ts_day=2024-05-01/"),
+        "{path}"
+    );
+}
+
+fn csv_column(out: &Output) -> Vec<String> {
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+        .lines()
+        .skip(1)
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn time_travel_by_snapshot_id_and_by_timestamp() {
+    let dir = tempfile::tempdir().unwrap();
+    let setup = floe(
+        dir.path(),
+        &[
+            "-q",
+            "-c",
+            CATALOG,
+            "-c",
+            "CREATE SCHEMA lake.db; CREATE TABLE lake.db.t (id BIGINT);",
+            "-c",
+            "INSERT INTO lake.db.t VALUES (1); INSERT INTO lake.db.t VALUES (2), (3);",
+        ],
+    );
+    assert!(setup.status.success(), "{}", text(&setup.stderr));
+    let ids = csv_column(&floe(
+        dir.path(),
+        &[
+            "-q",
+            "--format",
+            "csv",
+            "-c",
+            CATALOG,
+            "-c",
+            "SELECT snapshot_id FROM lake.db.\"t$snapshots\" ORDER BY committed_at",
+        ],
+    ));
+    assert_eq!(ids.len(), 2);
+    let count_at = |clause: &str| {
+        csv_column(&floe(
+            dir.path(),
+            &[
+                "-q",
+                "--format",
+                "csv",
+                "-c",
+                CATALOG,
+                "-c",
+                &format!("SELECT count(*) FROM lake.db.t {clause}"),
+            ],
+        ))
+    };
+    assert_eq!(
+        count_at(&format!("FOR VERSION AS OF {}", ids[0])),
+        vec!["1"]
+    );
+    assert_eq!(count_at(&format!("VERSION AS OF {}", ids[1])), vec!["3"]);
+    assert_eq!(count_at(""), vec!["3"]);
+
+    let times = csv_column(&floe(
+        dir.path(),
+        &[
+            "-q",
+            "--format",
+            "csv",
+            "-c",
+            CATALOG,
+            "-c",
+            "SELECT CAST(made_current_at AS VARCHAR) AS t FROM lake.db.\"t$history\" ORDER BY made_current_at",
+        ],
+    ));
+    // As of the first commit's own time: the first snapshot.
+    let first = times[0].replace('Z', "").replace('T', " ");
+    assert_eq!(
+        count_at(&format!("FOR TIMESTAMP AS OF '{first}'")),
+        vec!["1"]
+    );
+}
+
+#[test]
+fn describe_and_show_catalogs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = floe(
+        dir.path(),
+        &[
+            "-q",
+            "--format",
+            "csv",
+            "-c",
+            CATALOG,
+            "-c",
+            "CREATE SCHEMA lake.db; CREATE TABLE lake.db.t (id BIGINT NOT NULL, ts TIMESTAMP, s STRING) PARTITIONED BY (hours(ts), bucket(4, id)); INSERT INTO lake.db.t VALUES (1, NULL, 'a');",
+            "-c",
+            "DESCRIBE lake.db.t",
+            "-c",
+            "SHOW CATALOGS",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    for line in [
+        "column_name,data_type,is_nullable",
+        "id,long,NO",
+        "ts,timestamp,YES",
+        "s,string,YES",
+        "Part 0,hours(ts),ts_hour",
+        "Part 1,\"bucket(4, id)\",id_bucket",
+        "Format version,2,",
+        "Snapshots,1,",
+        "datafusion,datafusion (in-memory),",
+    ] {
+        assert!(
+            s.lines().any(|l| l == line),
+            "missing line {line:?} in:\n{s}"
+        );
+    }
+    assert!(s.contains("Current snapshot,"), "{s}");
+    assert!(s.contains("lake,iceberg (sql),"), "{s}");
+}
+
+#[test]
+fn catalog_secrets_are_masked() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = floe(
+        dir.path(),
+        &[
+            "-q",
+            "--format",
+            "csv",
+            "-c",
+            "CREATE CATALOG m WITH ('type' = 'iceberg', 'catalog-type' = 'memory', 'warehouse' = 'wh', 's3.secret-access-key' = 'hunter2', 's3.region' = 'eu-west-1')",
+            "-c",
+            "SHOW CATALOGS",
+        ],
+    );
+    let s = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(s.contains("s3.secret-access-key=****"), "{s}");
+    assert!(s.contains("s3.region=eu-west-1"), "{s}");
+    assert!(!s.contains("hunter2"), "{s}");
+}
