@@ -103,66 +103,17 @@ fn output_formats() {
     assert_eq!(text(&out.stdout), "[]\n");
 }
 
-#[test]
-fn commands_run_in_one_session_in_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = floe(
-        dir.path(),
-        &[
-            "-q",
-            "--format",
-            "csv",
-            "-c",
-            CATALOG,
-            "-c",
-            "CREATE SCHEMA lake.db; CREATE TABLE lake.db.t (id BIGINT, ts TIMESTAMP) PARTITIONED BY (days(ts));",
-            "-c",
-            "INSERT INTO lake.db.t VALUES (1, TIMESTAMP '2024-05-01 10:00:00');",
-            "-c",
-            "SELECT id FROM lake.db.t;",
-        ],
-    );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "count\n1\nid\n1\n");
-    // The catalog lives on in its files: a new process sees the table.
-    let out = floe(
-        dir.path(),
-        &[
-            "-q",
-            "--format",
-            "csv",
-            "-c",
-            CATALOG,
-            "-c",
-            "SELECT count(*) AS n FROM lake.db.t",
-        ],
-    );
-    assert_eq!(
-        text(&out.stdout),
-        "count\nn\n1\n".replacen("count\n", "", 1)
-    );
-    // Relative paths were stored as absolute file:// URIs.
-    let out = floe(
-        dir.path(),
-        &[
-            "-q",
-            "--format",
-            "csv",
-            "-c",
-            CATALOG,
-            "-c",
-            "SELECT file_path FROM lake.db.\"t$files\"",
-        ],
-    );
-    let path = text(&out.stdout);
-    assert!(path.contains("file:///"), "{path}");
-    assert!(
-        path.contains("/lake/warehouse/db/t/data/ts_day=2024-05-01/"),
-        "{path}"
-    );
+/// Run `floe -q --format csv -c <lake catalog> -c SQL ...` in `dir`.
+fn lake_csv(dir: &Path, sql: &[&str]) -> Output {
+    let mut args = vec!["-q", "--format", "csv", "-c", CATALOG];
+    for s in sql {
+        args.extend(["-c", s]);
+    }
+    floe(dir, &args)
 }
 
-fn csv_column(out: &Output) -> Vec<String> {
+/// The stdout lines of a successful run, without the CSV header.
+fn csv_rows(out: &Output) -> Vec<String> {
     assert!(out.status.success(), "{}", text(&out.stderr));
     text(&out.stdout)
         .lines()
@@ -172,46 +123,50 @@ fn csv_column(out: &Output) -> Vec<String> {
 }
 
 #[test]
-fn time_travel_by_snapshot_id_and_by_timestamp() {
+fn commands_run_in_one_session_in_order() {
     let dir = tempfile::tempdir().unwrap();
-    let setup = floe(
+    let out = lake_csv(
         dir.path(),
         &[
-            "-q",
-            "-c",
-            CATALOG,
-            "-c",
-            "CREATE SCHEMA lake.db; CREATE TABLE lake.db.t (id BIGINT);",
-            "-c",
-            "INSERT INTO lake.db.t VALUES (1); INSERT INTO lake.db.t VALUES (2), (3);",
+            "CREATE SCHEMA lake.db; CREATE TABLE lake.db.t (id BIGINT, ts TIMESTAMP) PARTITIONED BY (days(ts));",
+            "INSERT INTO lake.db.t VALUES (1, TIMESTAMP '2024-05-01 10:00:00');",
+            "SELECT id FROM lake.db.t;",
         ],
     );
-    assert!(setup.status.success(), "{}", text(&setup.stderr));
-    let ids = csv_column(&floe(
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "count\n1\nid\n1\n");
+    // The catalog lives on in its files: a new process sees the table.
+    let out = lake_csv(dir.path(), &["SELECT count(*) AS n FROM lake.db.t"]);
+    assert_eq!(csv_rows(&out), vec!["1"]);
+    // Relative paths were stored as absolute file:// URIs.
+    let out = lake_csv(dir.path(), &["SELECT file_path FROM lake.db.\"t$files\""]);
+    let path = csv_rows(&out).join("\n");
+    assert!(path.starts_with("file:///"), "{path}");
+    assert!(
+        path.contains("/lake/warehouse/db/t/data/ts_day=2024-05-01/"),
+        "{path}"
+    );
+}
+
+#[test]
+fn time_travel_by_snapshot_id_and_by_timestamp() {
+    let dir = tempfile::tempdir().unwrap();
+    csv_rows(&lake_csv(
         dir.path(),
         &[
-            "-q",
-            "--format",
-            "csv",
-            "-c",
-            CATALOG,
-            "-c",
-            "SELECT snapshot_id FROM lake.db.\"t$snapshots\" ORDER BY committed_at",
+            "CREATE SCHEMA lake.db; CREATE TABLE lake.db.t (id BIGINT);",
+            "INSERT INTO lake.db.t VALUES (1); INSERT INTO lake.db.t VALUES (2), (3);",
         ],
+    ));
+    let ids = csv_rows(&lake_csv(
+        dir.path(),
+        &["SELECT snapshot_id FROM lake.db.\"t$snapshots\" ORDER BY committed_at"],
     ));
     assert_eq!(ids.len(), 2);
     let count_at = |clause: &str| {
-        csv_column(&floe(
+        csv_rows(&lake_csv(
             dir.path(),
-            &[
-                "-q",
-                "--format",
-                "csv",
-                "-c",
-                CATALOG,
-                "-c",
-                &format!("SELECT count(*) FROM lake.db.t {clause}"),
-            ],
+            &[&format!("SELECT count(*) FROM lake.db.t {clause}")],
         ))
     };
     assert_eq!(
@@ -221,15 +176,9 @@ fn time_travel_by_snapshot_id_and_by_timestamp() {
     assert_eq!(count_at(&format!("VERSION AS OF {}", ids[1])), vec!["3"]);
     assert_eq!(count_at(""), vec!["3"]);
 
-    let times = csv_column(&floe(
+    let times = csv_rows(&lake_csv(
         dir.path(),
         &[
-            "-q",
-            "--format",
-            "csv",
-            "-c",
-            CATALOG,
-            "-c",
             "SELECT CAST(made_current_at AS VARCHAR) AS t FROM lake.db.\"t$history\" ORDER BY made_current_at",
         ],
     ));
@@ -244,26 +193,16 @@ fn time_travel_by_snapshot_id_and_by_timestamp() {
 #[test]
 fn describe_and_show_catalogs() {
     let dir = tempfile::tempdir().unwrap();
-    let out = floe(
+    let out = lake_csv(
         dir.path(),
         &[
-            "-q",
-            "--format",
-            "csv",
-            "-c",
-            CATALOG,
-            "-c",
             "CREATE SCHEMA lake.db; CREATE TABLE lake.db.t (id BIGINT NOT NULL, ts TIMESTAMP, s STRING) PARTITIONED BY (hours(ts), bucket(4, id)); INSERT INTO lake.db.t VALUES (1, NULL, 'a');",
-            "-c",
             "DESCRIBE lake.db.t",
-            "-c",
             "SHOW CATALOGS",
         ],
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let s = text(&out.stdout);
+    let s = csv_rows(&out).join("\n");
     for line in [
-        "column_name,data_type,is_nullable",
         "id,long,NO",
         "ts,timestamp,YES",
         "s,string,YES",
