@@ -22,6 +22,7 @@
 
 pub mod catalog;
 pub mod cli;
+pub mod config;
 pub mod error;
 pub mod session;
 pub mod sink;

@@ -11,13 +11,14 @@ use datafusion::execution::context::SessionContext;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::SessionConfig;
 use datafusion::sql::parser::{DFParserBuilder, Statement as DFStatement};
-use datafusion::sql::sqlparser::ast::{ObjectName, Statement as SQLStatement};
+use datafusion::sql::sqlparser::ast::{Ident, ObjectName, Set, Statement as SQLStatement};
 use iceberg::spec::{Schema as IcebergSchema, Transform};
 use iceberg::table::Table;
 use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent};
 
 use crate::catalog::schema::{iceberg_schema, partition_spec, schema_from_columns, type_name};
 use crate::catalog::{CatalogHandle, LakeCatalogProvider, connect};
+use crate::config::{FloeOptions, qualify_setting};
 use crate::error::{Error, Result};
 use crate::sql::parser::name_parts;
 use crate::sql::statement::*;
@@ -117,7 +118,8 @@ impl Session {
     pub fn new() -> Self {
         let config = SessionConfig::new()
             .with_information_schema(true)
-            .with_create_default_catalog_and_schema(true);
+            .with_create_default_catalog_and_schema(true)
+            .with_option_extension(FloeOptions::default());
         let catalog_list = Arc::new(SessionCatalogs::default());
         let state = SessionStateBuilder::new()
             .with_config(config)
@@ -234,12 +236,29 @@ impl Session {
         }
     }
 
-    async fn run_datafusion(&self, stmt: DFStatement) -> Result<Output> {
+    /// floe's settings as they are now.
+    pub fn options(&self) -> FloeOptions {
+        self.ctx
+            .state()
+            .config()
+            .options()
+            .extensions
+            .get::<FloeOptions>()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    async fn run_datafusion(&self, mut stmt: DFStatement) -> Result<Output> {
+        qualify_set(&mut stmt);
         let state = self.ctx.state();
         let plan = state.statement_to_plan(stmt).await?;
         let df = self.ctx.execute_logical_plan(plan).await?;
         let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
         let batches = df.collect().await?;
+        if schema.fields().is_empty() {
+            // SET, CREATE VIEW and the like: nothing to show.
+            return Ok(Output::Done("OK".into()));
+        }
         Ok(Output::Rows(schema, batches))
     }
 
@@ -587,6 +606,19 @@ impl Session {
             Err(e) => return Err(e.into()),
         };
         describe_rows(&table)
+    }
+}
+
+/// `SET key = value` with a key under no known prefix sets floe's setting of that name.
+fn qualify_set(stmt: &mut DFStatement) {
+    if let DFStatement::Statement(s) = stmt
+        && let SQLStatement::Set(Set::SingleAssignment { variable, .. }) = s.as_mut()
+    {
+        let key = variable.to_string().trim_matches('\'').to_string();
+        let full = qualify_setting(&key);
+        if full != key {
+            *variable = ObjectName::from(vec![Ident::with_quote('\'', full)]);
+        }
     }
 }
 

@@ -1,0 +1,175 @@
+//! floe's session settings, kept in DataFusion's config system under the prefix `floe`.
+//!
+//! ```sql
+//! SET 'floe.checkpoint.interval' = '10s';
+//! SET 'checkpoint.interval' = '10s';      -- Flink style: keys without a prefix are floe's
+//! SHOW floe.checkpoint.interval;
+//! SHOW ALL;                               -- DataFusion's settings and floe's
+//! ```
+//!
+//! The doc comment on each field is its reference documentation (`SHOW ALL VERBOSE`).
+
+use std::any::Any;
+use std::time::Duration;
+
+use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions};
+use datafusion::error::{DataFusionError, Result as DFResult};
+
+use crate::sql::options::parse_duration;
+
+/// Settings of continuous jobs, read when a job starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FloeOptions {
+    /// `pipeline.name`: the name of the next continuous job; a job restarted under the same
+    /// name resumes from its last checkpoint. Default: derived from the statement.
+    pub pipeline_name: Option<String>,
+    /// `checkpoint.interval`: how often a continuous job checkpoints and commits.
+    pub checkpoint_interval: Duration,
+    /// `state.dir`: the folder where continuous jobs keep their checkpoint records.
+    pub state_dir: String,
+}
+
+impl Default for FloeOptions {
+    fn default() -> Self {
+        Self {
+            pipeline_name: None,
+            checkpoint_interval: Duration::from_secs(10),
+            state_dir: ".floe".to_string(),
+        }
+    }
+}
+
+const PIPELINE_NAME: &str = "pipeline.name";
+const CHECKPOINT_INTERVAL: &str = "checkpoint.interval";
+const STATE_DIR: &str = "state.dir";
+
+fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+impl ExtensionOptions for FloeOptions {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+
+    fn cloned(&self) -> Box<dyn ExtensionOptions> {
+        Box::new(self.clone())
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> DFResult<()> {
+        match key {
+            PIPELINE_NAME => {
+                let v = value.trim();
+                self.pipeline_name = (!v.is_empty()).then(|| v.to_string());
+            }
+            CHECKPOINT_INTERVAL => {
+                let d = parse_duration(value).map_err(|e| {
+                    DataFusionError::Configuration(format!("floe.{CHECKPOINT_INTERVAL}: {e}"))
+                })?;
+                if d < Duration::from_millis(10) {
+                    return Err(DataFusionError::Configuration(format!(
+                        "floe.{CHECKPOINT_INTERVAL} must be at least 10ms, got '{value}'"
+                    )));
+                }
+                self.checkpoint_interval = d;
+            }
+            STATE_DIR => {
+                if value.trim().is_empty() {
+                    return Err(DataFusionError::Configuration(format!(
+                        "floe.{STATE_DIR} cannot be empty"
+                    )));
+                }
+                self.state_dir = value.to_string();
+            }
+            other => {
+                return Err(DataFusionError::Configuration(format!(
+                    "unknown setting 'floe.{other}'; floe's settings are floe.{PIPELINE_NAME}, \
+                     floe.{CHECKPOINT_INTERVAL} and floe.{STATE_DIR}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn entries(&self) -> Vec<ConfigEntry> {
+        vec![
+            ConfigEntry {
+                key: format!("floe.{PIPELINE_NAME}"),
+                value: self.pipeline_name.clone(),
+                description: "Name of the next continuous job; a job restarted under the same \
+                              name resumes from its last checkpoint.",
+            },
+            ConfigEntry {
+                key: format!("floe.{CHECKPOINT_INTERVAL}"),
+                value: Some(format_duration(self.checkpoint_interval)),
+                description: "How often a continuous job checkpoints and commits.",
+            },
+            ConfigEntry {
+                key: format!("floe.{STATE_DIR}"),
+                value: Some(self.state_dir.clone()),
+                description: "Folder where continuous jobs keep their checkpoint records.",
+            },
+        ]
+    }
+}
+
+impl ConfigExtension for FloeOptions {
+    const PREFIX: &'static str = "floe";
+}
+
+/// The full name of a setting: keys under no known prefix are floe's, as in Flink SQL
+/// (`checkpoint.interval` is `floe.checkpoint.interval`).
+pub fn qualify_setting(key: &str) -> String {
+    let lower = key.to_ascii_lowercase();
+    if lower.starts_with("datafusion.") || lower.starts_with("floe.") {
+        key.to_string()
+    } else {
+        format!("floe.{key}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_parse_and_show() {
+        let mut o = FloeOptions::default();
+        o.set(CHECKPOINT_INTERVAL, "500ms").unwrap();
+        o.set(PIPELINE_NAME, "orders").unwrap();
+        assert_eq!(o.checkpoint_interval, Duration::from_millis(500));
+        let shown: Vec<(String, Option<String>)> =
+            o.entries().into_iter().map(|e| (e.key, e.value)).collect();
+        assert!(shown.contains(&("floe.checkpoint.interval".into(), Some("500ms".into()))));
+        assert!(shown.contains(&("floe.pipeline.name".into(), Some("orders".into()))));
+        assert!(o.set(CHECKPOINT_INTERVAL, "soon").is_err());
+        assert!(
+            o.set("nope", "1")
+                .unwrap_err()
+                .to_string()
+                .contains("floe.nope")
+        );
+    }
+
+    #[test]
+    fn keys_without_a_prefix_are_floes() {
+        assert_eq!(
+            qualify_setting("checkpoint.interval"),
+            "floe.checkpoint.interval"
+        );
+        assert_eq!(qualify_setting("floe.state.dir"), "floe.state.dir");
+        assert_eq!(
+            qualify_setting("datafusion.execution.batch_size"),
+            "datafusion.execution.batch_size"
+        );
+    }
+}
