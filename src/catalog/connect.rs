@@ -72,21 +72,48 @@ pub async fn connect(name: &str, mut options: Options) -> Result<CatalogHandle> 
             let uri = sql_uri(&options.require_str("uri")?)?;
             let warehouse = warehouse_uri(&options.require_str("warehouse")?)?;
             if let Some(n) = options.take_str("pool.max-connections") {
-                props.insert("pool.max-connections".into(), n);
+                let valid = n.parse::<u32>().ok().filter(|v| *v > 0).ok_or_else(|| {
+                    Error::Option(format!(
+                        "'pool.max-connections' = '{n}' is not a positive integer"
+                    ))
+                })?;
+                props.insert("pool.max-connections".into(), valid.to_string());
             }
             options.finish()?;
-            let bind = if uri.starts_with("sqlite:") {
-                SqlBindStyle::QMark
-            } else {
-                SqlBindStyle::DollarNumeric
+            let is_sqlite = uri.starts_with("sqlite:");
+            let bind = || {
+                if is_sqlite {
+                    SqlBindStyle::QMark
+                } else {
+                    SqlBindStyle::DollarNumeric
+                }
             };
+            if !is_sqlite {
+                probe_postgres(&uri).await?;
+            }
             props.insert("uri".into(), uri);
             props.insert("warehouse".into(), warehouse.clone());
-            let catalog = SqlCatalogBuilder::default()
-                .with_storage_factory(storage_for(&warehouse))
-                .sql_bind_style(bind)
-                .load(name, props.clone())
-                .await?;
+            // Several processes opening a fresh PostgreSQL catalog at once race on its
+            // CREATE TABLE IF NOT EXISTS; the loser retries.
+            let mut attempt = 0;
+            let catalog = loop {
+                let loaded = SqlCatalogBuilder::default()
+                    .with_storage_factory(storage_for(&warehouse))
+                    .sql_bind_style(bind())
+                    .load(name, props.clone())
+                    .await;
+                match loaded {
+                    Err(e)
+                        if attempt < 3
+                            && (e.to_string().contains("already exists")
+                                || e.to_string().contains("pg_type_typname_nsp_index")) =>
+                    {
+                        attempt += 1;
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    }
+                    other => break other?,
+                }
+            };
             Arc::new(catalog)
         }
         "rest" => {
@@ -147,6 +174,8 @@ pub async fn connect(name: &str, mut options: Options) -> Result<CatalogHandle> 
         .map(|(k, v)| {
             let shown = if SECRET_KEYS.contains(&k.as_str()) {
                 "****".to_string()
+            } else if k == "uri" {
+                mask_password(&v)
             } else {
                 v
             };
@@ -160,6 +189,37 @@ pub async fn connect(name: &str, mut options: Options) -> Result<CatalogHandle> 
         catalog,
         display_options,
     })
+}
+
+/// A URI with its password, if any, replaced by `****`.
+fn mask_password(uri: &str) -> String {
+    match url::Url::parse(uri) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("****"));
+            u.to_string()
+        }
+        _ => uri.to_string(),
+    }
+}
+
+/// Connect once to a PostgreSQL catalog database, so that a wrong address fails in seconds
+/// with its cause (the pool would wait 30 s and report only a timeout).
+async fn probe_postgres(uri: &str) -> Result<()> {
+    use sqlx::Connection;
+    let shown = mask_password(uri);
+    let connect = sqlx::PgConnection::connect(uri);
+    match tokio::time::timeout(std::time::Duration::from_secs(10), connect).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            Ok(())
+        }
+        Ok(Err(e)) => Err(Error::Option(format!(
+            "cannot connect to the catalog database {shown}: {e}"
+        ))),
+        Err(_) => Err(Error::Option(format!(
+            "cannot connect to the catalog database {shown}: no answer in 10 s"
+        ))),
+    }
 }
 
 fn is_local(location: &str) -> bool {
@@ -253,6 +313,15 @@ mod tests {
         assert!(p.parent().unwrap().is_dir());
         assert!(sql_uri("mysql://x").is_err());
         assert_eq!(sql_uri("postgres://a/b").unwrap(), "postgres://a/b");
+    }
+
+    #[test]
+    fn passwords_in_uris_are_masked() {
+        assert_eq!(
+            mask_password("postgres://floe:secret@127.0.0.1:5432/db"),
+            "postgres://floe:****@127.0.0.1:5432/db"
+        );
+        assert_eq!(mask_password("sqlite:///x.db"), "sqlite:///x.db");
     }
 
     #[test]
