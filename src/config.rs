@@ -27,6 +27,9 @@ pub struct FloeOptions {
     pub checkpoint_interval: Duration,
     /// `state.dir`: the folder where continuous jobs keep their checkpoint records.
     pub state_dir: String,
+    /// `table.dml-sync`: a continuous INSERT waits until its job ends (bounded sources, or
+    /// Ctrl-C) instead of returning at once.
+    pub dml_sync: bool,
 }
 
 impl Default for FloeOptions {
@@ -35,6 +38,7 @@ impl Default for FloeOptions {
             pipeline_name: None,
             checkpoint_interval: Duration::from_secs(10),
             state_dir: ".floe".to_string(),
+            dml_sync: false,
         }
     }
 }
@@ -42,6 +46,7 @@ impl Default for FloeOptions {
 const PIPELINE_NAME: &str = "pipeline.name";
 const CHECKPOINT_INTERVAL: &str = "checkpoint.interval";
 const STATE_DIR: &str = "state.dir";
+const DML_SYNC: &str = "table.dml-sync";
 
 fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
@@ -90,10 +95,21 @@ impl ExtensionOptions for FloeOptions {
                 }
                 self.state_dir = value.to_string();
             }
+            DML_SYNC => {
+                self.dml_sync = match value.to_ascii_lowercase().as_str() {
+                    "true" => true,
+                    "false" => false,
+                    _ => {
+                        return Err(DataFusionError::Configuration(format!(
+                            "floe.{DML_SYNC} must be 'true' or 'false', got '{value}'"
+                        )));
+                    }
+                };
+            }
             other => {
                 return Err(DataFusionError::Configuration(format!(
                     "unknown setting 'floe.{other}'; floe's settings are floe.{PIPELINE_NAME}, \
-                     floe.{CHECKPOINT_INTERVAL} and floe.{STATE_DIR}"
+                     floe.{CHECKPOINT_INTERVAL}, floe.{STATE_DIR} and floe.{DML_SYNC}"
                 )));
             }
         }
@@ -117,6 +133,11 @@ impl ExtensionOptions for FloeOptions {
                 key: format!("floe.{STATE_DIR}"),
                 value: Some(self.state_dir.clone()),
                 description: "Folder where continuous jobs keep their checkpoint records.",
+            },
+            ConfigEntry {
+                key: format!("floe.{DML_SYNC}"),
+                value: Some(self.dml_sync.to_string()),
+                description: "Whether a continuous INSERT waits until its job ends.",
             },
         ]
     }

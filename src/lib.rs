@@ -21,12 +21,15 @@
 //! the same writer and commit path; see `DESIGN` in the README.
 
 pub mod catalog;
+pub mod checkpoint;
 pub mod cli;
 pub mod config;
+pub mod connector;
 pub mod error;
 pub mod session;
 pub mod sink;
 pub mod sql;
+pub mod stream;
 
 pub use error::{Error, Result};
 pub use session::{Output, Session};

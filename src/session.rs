@@ -16,13 +16,21 @@ use iceberg::spec::{Schema as IcebergSchema, Transform};
 use iceberg::table::Table;
 use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent};
 
-use crate::catalog::schema::{iceberg_schema, partition_spec, schema_from_columns, type_name};
+use crate::catalog::schema::{
+    arrow_schema_from_columns, iceberg_schema, partition_spec, schema_from_columns, type_name,
+};
+use crate::catalog::table::LakeTable;
 use crate::catalog::{CatalogHandle, LakeCatalogProvider, connect};
+use crate::checkpoint::StateStore;
 use crate::config::{FloeOptions, qualify_setting};
+use crate::connector::{SourceDef, SourceRef};
 use crate::error::{Error, Result};
 use crate::sql::parser::name_parts;
 use crate::sql::statement::*;
 use crate::sql::{Options, Statement, parse_sql};
+use crate::stream::{ContinuousQuery, Job, JobStatus, Jobs, SourceTable, Target, sources_of};
+use datafusion::datasource::source_as_provider;
+use datafusion::logical_expr::{DmlStatement, LogicalPlan, WriteOp};
 
 /// What a statement produced.
 #[derive(Debug)]
@@ -48,6 +56,8 @@ pub struct Session {
     ctx: SessionContext,
     catalog_list: Arc<SessionCatalogs>,
     catalogs: RwLock<BTreeMap<String, CatalogHandle>>,
+    sources: RwLock<BTreeMap<String, SourceRef>>,
+    jobs: Jobs,
 }
 
 /// The session's DataFusion catalogs; unlike DataFusion's own list, one can be removed
@@ -130,6 +140,8 @@ impl Session {
             ctx: SessionContext::new_with_state(state),
             catalog_list,
             catalogs: RwLock::new(BTreeMap::new()),
+            sources: RwLock::new(BTreeMap::new()),
+            jobs: Jobs::default(),
         }
     }
 
@@ -233,6 +245,226 @@ impl Session {
             Statement::DropTable(s) => self.drop_table(s).await,
             Statement::ShowTables(s) => self.show_tables(s).await,
             Statement::Describe(s) => self.describe(s).await,
+            Statement::CreateSource(s) => self.create_source(s),
+            Statement::DropSource(s) => self.drop_source(s),
+            Statement::ShowSources => self.show_sources(),
+            Statement::DescribeSource(s) => self.describe_source(s),
+            Statement::ShowJobs => self.show_jobs(),
+            Statement::StopJob(s) => {
+                let state = self.jobs.stop(&s.name).await?;
+                Ok(Output::Done(format!("job '{}' {state}", s.name)))
+            }
+        }
+    }
+
+    /// The session's continuous jobs.
+    pub fn jobs(&self) -> &Jobs {
+        &self.jobs
+    }
+
+    fn create_source(&self, s: CreateSource) -> Result<Output> {
+        if self.sources.read().is_ok_and(|m| m.contains_key(&s.name)) {
+            if s.if_not_exists {
+                return Ok(Output::Done("CREATE SOURCE".into()));
+            }
+            return Err(Error::AlreadyExists(format!(
+                "source '{}' exists already (DROP SOURCE {} first)",
+                s.name, s.name
+            )));
+        }
+        if self.ctx.table_exist(s.name.as_str()).unwrap_or(false) {
+            return Err(Error::AlreadyExists(format!(
+                "a table named '{}' exists in the default schema; name the source differently",
+                s.name
+            )));
+        }
+        let declared = if s.columns.is_empty() {
+            None
+        } else {
+            Some(Arc::new(arrow_schema_from_columns(&s.columns)?))
+        };
+        let options = Options::try_new(format!("CREATE SOURCE {}", s.name), s.options)?;
+        let def: SourceRef = Arc::new(SourceDef::try_new(&s.name, declared, options)?);
+        self.ctx
+            .register_table(s.name.as_str(), Arc::new(SourceTable::new(def.clone())))?;
+        if let Ok(mut m) = self.sources.write() {
+            m.insert(s.name.clone(), def);
+        }
+        Ok(Output::Done("CREATE SOURCE".into()))
+    }
+
+    fn drop_source(&self, s: DropSource) -> Result<Output> {
+        let removed = self
+            .sources
+            .write()
+            .map(|mut m| m.remove(&s.name).is_some())
+            .unwrap_or(false);
+        if !removed {
+            if s.if_exists {
+                return Ok(Output::Done("DROP SOURCE".into()));
+            }
+            return Err(Error::NotFound(format!(
+                "source '{}' does not exist (SHOW SOURCES lists them)",
+                s.name
+            )));
+        }
+        self.ctx.deregister_table(s.name.as_str())?;
+        Ok(Output::Done("DROP SOURCE".into()))
+    }
+
+    fn show_sources(&self) -> Result<Output> {
+        let sources = self.sources.read().map(|m| m.clone()).unwrap_or_default();
+        let names = sources.keys().cloned().collect();
+        let connectors = sources
+            .values()
+            .map(|d| d.connector_name().to_string())
+            .collect();
+        let columns = sources
+            .values()
+            .map(|d| d.schema.fields().len().to_string())
+            .collect();
+        string_rows(
+            &["source_name", "connector", "columns"],
+            vec![names, connectors, columns],
+        )
+    }
+
+    fn describe_source(&self, s: DescribeSource) -> Result<Output> {
+        let def = self
+            .sources
+            .read()
+            .ok()
+            .and_then(|m| m.get(&s.name).cloned())
+            .ok_or_else(|| {
+                Error::NotFound(format!(
+                    "source '{}' does not exist (SHOW SOURCES lists them)",
+                    s.name
+                ))
+            })?;
+        let mut cols: [Vec<String>; 3] = Default::default();
+        for f in def.schema.fields() {
+            cols[0].push(f.name().clone());
+            cols[1].push(f.data_type().to_string());
+            cols[2].push(if f.is_nullable() { "YES" } else { "NO" }.to_string());
+        }
+        let [a, b, c] = cols;
+        string_rows(&["column_name", "data_type", "is_nullable"], vec![a, b, c])
+    }
+
+    fn show_jobs(&self) -> Result<Output> {
+        use datafusion::arrow::array::{Float64Array, UInt64Array};
+        let rows = self.jobs.rows();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("name", DataType::Utf8, false),
+            Field::new("state", DataType::Utf8, false),
+            Field::new("target", DataType::Utf8, false),
+            Field::new("sources", DataType::Utf8, false),
+            Field::new("records_in", DataType::UInt64, false),
+            Field::new("records_out", DataType::UInt64, false),
+            Field::new("records_per_second", DataType::Float64, false),
+            Field::new("last_checkpoint", DataType::UInt64, false),
+            Field::new("last_checkpoint_at", DataType::Utf8, true),
+            Field::new("error", DataType::Utf8, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from_iter_values(
+                    rows.iter().map(|r| r.name.clone()),
+                )),
+                Arc::new(StringArray::from_iter_values(
+                    rows.iter().map(|r| r.state.clone()),
+                )),
+                Arc::new(StringArray::from_iter_values(
+                    rows.iter().map(|r| r.target.clone()),
+                )),
+                Arc::new(StringArray::from_iter_values(
+                    rows.iter().map(|r| r.sources.clone()),
+                )),
+                Arc::new(UInt64Array::from_iter_values(
+                    rows.iter().map(|r| r.records_in),
+                )),
+                Arc::new(UInt64Array::from_iter_values(
+                    rows.iter().map(|r| r.records_out),
+                )),
+                Arc::new(Float64Array::from_iter_values(
+                    rows.iter().map(|r| (r.rate * 10.0).round() / 10.0),
+                )),
+                Arc::new(UInt64Array::from_iter_values(
+                    rows.iter().map(|r| r.checkpoint),
+                )),
+                Arc::new(StringArray::from_iter(rows.iter().map(|r| {
+                    (r.checkpoint_time_ms > 0)
+                        .then(|| {
+                            chrono::DateTime::from_timestamp_millis(r.checkpoint_time_ms as i64)
+                        })
+                        .flatten()
+                        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+                }))),
+                Arc::new(StringArray::from_iter(rows.iter().map(|r| r.error.clone()))),
+            ],
+        )
+        .map_err(|e| Error::Internal(format!("building SHOW JOBS: {e}")))?;
+        Ok(Output::Rows(schema, vec![batch]))
+    }
+
+    /// Start the continuous job for `INSERT INTO target <input>`, where `input` reads sources.
+    async fn start_job(&self, dml: &DmlStatement) -> Result<Output> {
+        let provider = source_as_provider(&dml.target)?;
+        let lake = provider
+            .as_any()
+            .downcast_ref::<LakeTable>()
+            .ok_or_else(|| {
+                Error::Plan(format!(
+                    "a continuous INSERT writes an Iceberg table; {} is not one",
+                    dml.table_name
+                ))
+            })?;
+        let (default_catalog, _) = self.defaults();
+        let catalog_name = dml
+            .table_name
+            .catalog()
+            .map(str::to_string)
+            .unwrap_or(default_catalog);
+        let ident = lake.table().identifier().clone();
+        let target = Target {
+            catalog_name: catalog_name.clone(),
+            catalog: lake.catalog().clone(),
+            ident: ident.clone(),
+        };
+        let options = self.options();
+        let name = options
+            .pipeline_name
+            .clone()
+            .unwrap_or_else(|| format!("insert-into-{target}"));
+        let query = ContinuousQuery::try_new(&dml.input).await?;
+        let status = Arc::new(JobStatus::new(
+            name.clone(),
+            target.to_string(),
+            query.sources().map(|s| s.name.clone()).collect(),
+        ));
+        self.jobs.start(Job {
+            name: name.clone(),
+            target,
+            query,
+            interval: options.checkpoint_interval,
+            store: StateStore::new(&options.state_dir),
+            status,
+        })?;
+        if !options.dml_sync {
+            return Ok(Output::Done(format!("job '{name}' started")));
+        }
+        // Wait for the job; Ctrl-C stops it with a final checkpoint.
+        let (state, error) = tokio::select! {
+            end = self.jobs.wait(&name) => end,
+            _ = tokio::signal::ctrl_c() => {
+                self.jobs.stop(&name).await?;
+                self.jobs.wait(&name).await
+            }
+        };
+        match error {
+            Some(e) => Err(Error::Plan(format!("job '{name}' failed: {e}"))),
+            None => Ok(Output::Done(format!("job '{name}' {state}"))),
         }
     }
 
@@ -252,6 +484,12 @@ impl Session {
         qualify_set(&mut stmt);
         let state = self.ctx.state();
         let plan = state.statement_to_plan(stmt).await?;
+        if let LogicalPlan::Dml(dml) = &plan
+            && matches!(dml.op, WriteOp::Insert(_))
+            && !sources_of(&dml.input).is_empty()
+        {
+            return self.start_job(dml).await;
+        }
         let df = self.ctx.execute_logical_plan(plan).await?;
         let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
         let batches = df.collect().await?;

@@ -14,6 +14,11 @@ use crate::error::{Error, Result};
 
 /// The Iceberg schema for a `CREATE TABLE` column list.
 pub fn schema_from_columns(columns: &[ColumnDef]) -> Result<Schema> {
+    iceberg_schema(&arrow_schema_from_columns(columns)?, false)
+}
+
+/// The Arrow schema for a column list (`CREATE TABLE`, `CREATE SOURCE`).
+pub fn arrow_schema_from_columns(columns: &[ColumnDef]) -> Result<ArrowSchema> {
     let fields = columns
         .iter()
         .map(|c| {
@@ -34,7 +39,7 @@ pub fn schema_from_columns(columns: &[ColumnDef]) -> Result<Schema> {
             Ok(Field::new(&c.name.value, sql_type(&c.data_type)?, nullable))
         })
         .collect::<Result<Vec<_>>>()?;
-    iceberg_schema(&ArrowSchema::new(fields), false)
+    Ok(ArrowSchema::new(fields))
 }
 
 /// The Iceberg schema for Arrow `schema` (from a query), with types widened to ones

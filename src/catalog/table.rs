@@ -48,6 +48,11 @@ impl LakeTable {
     pub fn table(&self) -> &Table {
         &self.table
     }
+
+    /// The catalog it belongs to.
+    pub fn catalog(&self) -> &Arc<dyn Catalog> {
+        &self.catalog
+    }
 }
 
 #[async_trait]

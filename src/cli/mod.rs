@@ -67,13 +67,20 @@ pub async fn main(args: Args) -> i32 {
             }
         };
     }
+    let failed = run_all(&session, &args, print).await;
+    let jobs_failed = wait_for_jobs(&session).await;
+    i32::from(failed || jobs_failed)
+}
+
+/// Run the -c commands, then the -f files. Returns whether any statement failed.
+async fn run_all(session: &Session, args: &Args, print: PrintOptions) -> bool {
     let mut failed = false;
     for (i, sql) in args.commands.iter().enumerate() {
         let source = format!("-c #{}", i + 1);
-        if !run_script(&session, &source, sql, print, args.continue_on_error).await {
+        if !run_script(session, &source, sql, print, args.continue_on_error).await {
             failed = true;
             if !args.continue_on_error {
-                return 1;
+                return true;
             }
         }
     }
@@ -83,17 +90,49 @@ pub async fn main(args: Args) -> i32 {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("Error: cannot read {source}: {e}");
-                return 1;
+                return true;
             }
         };
-        if !run_script(&session, &source, &sql, print, args.continue_on_error).await {
+        if !run_script(session, &source, &sql, print, args.continue_on_error).await {
             failed = true;
             if !args.continue_on_error {
-                return 1;
+                return true;
             }
         }
     }
-    i32::from(failed)
+    failed
+}
+
+/// Let running jobs finish (bounded sources) or, on SIGINT / SIGTERM, stop them with a final
+/// checkpoint. Returns whether any job failed.
+pub async fn wait_for_jobs(session: &Session) -> bool {
+    let jobs = session.jobs();
+    if !jobs.any_active() {
+        return report_failures(jobs.wait_all().await);
+    }
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        failures = jobs.wait_all() => return report_failures(failures),
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate => {}
+    }
+    eprintln!("stopping jobs: taking a final checkpoint...");
+    jobs.stop_all().await;
+    report_failures(jobs.wait_all().await)
+}
+
+fn report_failures(failures: Vec<(String, String)>) -> bool {
+    for (name, error) in &failures {
+        eprintln!("Error: job '{name}' failed: {error}");
+    }
+    !failures.is_empty()
 }
 
 /// Run a script statement by statement. Returns false if any statement failed; stops at

@@ -298,5 +298,9 @@ pub async fn run(session: &Session, print: PrintOptions) -> Result<()> {
     if let Some(h) = &history {
         let _ = rl.save_history(h);
     }
+    if session.jobs().any_active() {
+        println!("stopping jobs: taking a final checkpoint...");
+        session.jobs().stop_all().await;
+    }
     Ok(())
 }

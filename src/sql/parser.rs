@@ -211,6 +211,45 @@ impl Parser<'_> {
             };
             return Ok(Statement::ShowTables(ShowTables { namespace }));
         }
+        if self.words_are(&["CREATE", "SOURCE"]) {
+            self.skip(2);
+            return self.parse_create_source();
+        }
+        if self.words_are(&["DROP", "SOURCE"]) {
+            self.skip(2);
+            let if_exists = self.parse_if_exists();
+            let name = self.df.parser.parse_identifier()?.value;
+            return Ok(Statement::DropSource(DropSource { name, if_exists }));
+        }
+        if self.words_are(&["SHOW", "SOURCES"]) {
+            self.skip(2);
+            return Ok(Statement::ShowSources);
+        }
+        if self.words_are(&["SHOW", "JOBS"]) {
+            self.skip(2);
+            return Ok(Statement::ShowJobs);
+        }
+        if self.words_are(&["STOP", "JOB"]) {
+            self.skip(2);
+            let t = self.df.parser.next_token();
+            let name = match t.token {
+                Token::SingleQuotedString(s) => s,
+                Token::Word(w) => w.value,
+                other => {
+                    return Err(Error::Syntax(format!(
+                        "STOP JOB needs a job name in quotes, found '{other}'"
+                    )));
+                }
+            };
+            return Ok(Statement::StopJob(StopJob { name }));
+        }
+        if matches!(self.word(0).as_deref(), Some("DESCRIBE" | "DESC"))
+            && self.word(1).as_deref() == Some("SOURCE")
+        {
+            self.skip(2);
+            let name = self.df.parser.parse_identifier()?.value;
+            return Ok(Statement::DescribeSource(DescribeSource { name }));
+        }
         if matches!(self.word(0).as_deref(), Some("DESCRIBE" | "DESC")) {
             self.skip(1);
             if self.word(0).as_deref() == Some("TABLE") {
@@ -261,6 +300,34 @@ impl Parser<'_> {
         Ok(Statement::CreateCatalog(CreateCatalog {
             name,
             if_not_exists,
+            options,
+        }))
+    }
+
+    fn parse_create_source(&mut self) -> Result<Statement> {
+        let if_not_exists = self.parse_if_not_exists();
+        let name = self.df.parser.parse_identifier()?.value;
+        let columns = if self.df.parser.peek_token().token == Token::LParen {
+            let (columns, constraints) = self.df.parser.parse_columns()?;
+            if let Some(c) = constraints.first() {
+                return Err(Error::Unsupported(format!(
+                    "constraint '{c}' on source {name}: sources take columns only"
+                )));
+            }
+            columns
+        } else {
+            Vec::new()
+        };
+        let options = self.parse_with_options()?;
+        if options.is_empty() {
+            return Err(Error::Syntax(format!(
+                "CREATE SOURCE {name} needs WITH ('connector' = ..., ...)"
+            )));
+        }
+        Ok(Statement::CreateSource(CreateSource {
+            name,
+            if_not_exists,
+            columns,
             options,
         }))
     }
@@ -599,6 +666,13 @@ mod tests {
             "DROP TABLE IF EXISTS lake.ns.t",
             "SELECT * FROM lake.ns.t WHERE id > 3",
             "INSERT INTO lake.ns.t VALUES (1, NULL, 'x')",
+            "CREATE SOURCE IF NOT EXISTS s (id BIGINT, name STRING) WITH ('connector' = 'datagen')",
+            "CREATE SOURCE o WITH ('connector' = 'datagen', 'profile' = 'orders')",
+            "DROP SOURCE IF EXISTS s",
+            "SHOW SOURCES",
+            "DESCRIBE SOURCE s",
+            "SHOW JOBS",
+            "STOP JOB 'orders-to-lake'",
         ] {
             round_trip(sql);
         }

@@ -25,6 +25,12 @@ pub enum Statement {
     DropTable(DropTable),
     ShowTables(ShowTables),
     Describe(Describe),
+    CreateSource(CreateSource),
+    DropSource(DropSource),
+    ShowSources,
+    DescribeSource(DescribeSource),
+    ShowJobs,
+    StopJob(StopJob),
 }
 
 /// A `WITH (...)` clause as written: ordered `(key, value)` pairs.
@@ -249,6 +255,84 @@ impl fmt::Display for Describe {
     }
 }
 
+/// ```text
+/// CREATE SOURCE [IF NOT EXISTS] name [( column type, ... )]
+///     WITH ('connector' = 'datagen' | 'filesystem', ...)
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateSource {
+    pub name: String,
+    pub if_not_exists: bool,
+    pub columns: Vec<ColumnDef>,
+    pub options: OptionList,
+}
+
+impl fmt::Display for CreateSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "CREATE SOURCE {}{}",
+            if_not_exists(self.if_not_exists),
+            self.name
+        )?;
+        if !self.columns.is_empty() {
+            f.write_str(" (")?;
+            for (i, c) in self.columns.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{c}")?;
+            }
+            f.write_str(")")?;
+        }
+        fmt_with(f, &self.options)
+    }
+}
+
+/// ```text
+/// DROP SOURCE [IF EXISTS] name
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct DropSource {
+    pub name: String,
+    pub if_exists: bool,
+}
+
+impl fmt::Display for DropSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DROP SOURCE {}{}", if_exists(self.if_exists), self.name)
+    }
+}
+
+/// ```text
+/// { DESCRIBE | DESC } SOURCE name
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct DescribeSource {
+    pub name: String,
+}
+
+impl fmt::Display for DescribeSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DESCRIBE SOURCE {}", self.name)
+    }
+}
+
+/// ```text
+/// STOP JOB 'name'
+/// ```
+/// The job takes a final checkpoint, then stops.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StopJob {
+    pub name: String,
+}
+
+impl fmt::Display for StopJob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "STOP JOB {}", quote(&self.name))
+    }
+}
+
 impl fmt::Display for Statement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -263,6 +347,12 @@ impl fmt::Display for Statement {
             Statement::DropTable(s) => write!(f, "{s}"),
             Statement::ShowTables(s) => write!(f, "{s}"),
             Statement::Describe(s) => write!(f, "{s}"),
+            Statement::CreateSource(s) => write!(f, "{s}"),
+            Statement::DropSource(s) => write!(f, "{s}"),
+            Statement::ShowSources => f.write_str("SHOW SOURCES"),
+            Statement::DescribeSource(s) => write!(f, "{s}"),
+            Statement::ShowJobs => f.write_str("SHOW JOBS"),
+            Statement::StopJob(s) => write!(f, "{s}"),
         }
     }
 }

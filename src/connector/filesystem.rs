@@ -1,0 +1,303 @@
+//! `filesystem`: JSON-lines or CSV files under a path.
+//!
+//! ```text
+//! 'connector' = 'filesystem'
+//! 'path'   = 'data/' | 'data/file.json'
+//! 'format' = 'json' | 'csv'
+//! 'source.monitor-interval' = '5s'   keep watching for new files (default: read what is
+//!                                    there, then finish)
+//! 'csv.header' = 'true'              the first line of each CSV file is a header (default false)
+//! 'csv.delimiter' = ';'              (default ',')
+//! ```
+//!
+//! Columns are declared. Declare `_file STRING` and `_line BIGINT` to get each record's file
+//! and 1-based line number. Files are read in name order; each file's offset is the number
+//! of its lines consumed. Files are taken as immutable once they appear.
+
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
+
+use super::{Offsets, Poll, SourceReader};
+use crate::error::{Error, Result};
+use crate::sql::Options;
+
+/// Line formats the filesystem connector reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Json,
+    Csv,
+}
+
+/// Parsed `filesystem` options.
+#[derive(Debug, Clone)]
+pub struct FilesystemOptions {
+    pub path: PathBuf,
+    pub format: Format,
+    pub monitor_interval: Option<Duration>,
+    pub csv_header: bool,
+    pub csv_delimiter: u8,
+}
+
+const FILE_COLUMN: &str = "_file";
+const LINE_COLUMN: &str = "_line";
+
+impl FilesystemOptions {
+    pub fn try_new(schema: &SchemaRef, options: &mut Options) -> Result<Self> {
+        let path = PathBuf::from(options.require_str("path")?);
+        let format = match options.require_str("format")?.as_str() {
+            "json" => Format::Json,
+            "csv" => Format::Csv,
+            other => {
+                return Err(Error::Option(format!(
+                    "'format' = '{other}' is not supported by the filesystem connector; use \
+                     'json' or 'csv'"
+                )));
+            }
+        };
+        let monitor_interval = options.take_duration("source.monitor-interval")?;
+        let csv_header = options.take_bool("csv.header")?.unwrap_or(false);
+        let csv_delimiter = match options.take_str("csv.delimiter") {
+            None => b',',
+            Some(d) if d.len() == 1 => d.as_bytes()[0],
+            Some(d) => {
+                return Err(Error::Option(format!(
+                    "'csv.delimiter' must be one character, got '{d}'"
+                )));
+            }
+        };
+        for (name, ty) in [
+            (FILE_COLUMN, DataType::Utf8),
+            (LINE_COLUMN, DataType::Int64),
+        ] {
+            if let Ok(f) = schema.field_with_name(name)
+                && f.data_type() != &ty
+            {
+                return Err(Error::Plan(format!(
+                    "metadata column '{name}' must be declared as {ty}"
+                )));
+            }
+        }
+        Ok(Self {
+            path,
+            format,
+            monitor_interval,
+            csv_header,
+            csv_delimiter,
+        })
+    }
+}
+
+/// Reads the files of one filesystem source.
+pub struct FilesystemReader {
+    schema: SchemaRef,
+    /// The declared columns without the metadata ones: what the decoder reads.
+    data_schema: SchemaRef,
+    options: FilesystemOptions,
+    /// Lines consumed per file (the offsets).
+    consumed: BTreeMap<String, u64>,
+    /// The file being read and its lines.
+    current: Option<(String, Vec<String>)>,
+    last_listing: Option<Instant>,
+}
+
+impl FilesystemReader {
+    pub fn new(schema: SchemaRef, options: FilesystemOptions) -> Self {
+        let data_schema = Arc::new(Schema::new(
+            schema
+                .fields()
+                .iter()
+                .filter(|f| f.name() != FILE_COLUMN && f.name() != LINE_COLUMN)
+                .cloned()
+                .collect::<Vec<_>>(),
+        ));
+        Self {
+            schema,
+            data_schema,
+            options,
+            consumed: BTreeMap::new(),
+            current: None,
+            last_listing: None,
+        }
+    }
+
+    fn list(&self) -> Result<Vec<PathBuf>> {
+        let path = &self.options.path;
+        if path.is_file() {
+            return Ok(vec![path.clone()]);
+        }
+        let entries = std::fs::read_dir(path)
+            .map_err(|e| Error::io(format!("listing source path {}", path.display()), e))?;
+        let mut files: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.is_file()
+                    && p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| !n.starts_with('.') && !n.starts_with('_'))
+            })
+            .collect();
+        files.sort();
+        Ok(files)
+    }
+
+    /// Open the next file with unread lines, if any.
+    fn open_next(&mut self) -> Result<bool> {
+        for file in self.list()? {
+            let key = file.to_string_lossy().into_owned();
+            let done = self.consumed.get(&key).copied().unwrap_or(0);
+            let lines = read_lines(&file)?;
+            let skip = usize::from(self.options.format == Format::Csv && self.options.csv_header);
+            if done == 0 && skip > 0 && !lines.is_empty() {
+                self.consumed.insert(key.clone(), skip as u64);
+            }
+            let done = self.consumed.get(&key).copied().unwrap_or(0);
+            if (done as usize) < lines.len() {
+                self.current = Some((key, lines));
+                return Ok(true);
+            }
+            self.consumed.entry(key).or_insert(lines.len() as u64);
+        }
+        Ok(false)
+    }
+
+    fn decode(&self, file: &str, first_line: u64, lines: &[String]) -> Result<RecordBatch> {
+        let text = lines.join("\n");
+        let batch = match decode_text(self.options.format, &self.options, &self.data_schema, &text)
+        {
+            Ok(b) => b,
+            Err(_) => {
+                // Find the first bad line, for a message that points at it.
+                for (i, line) in lines.iter().enumerate() {
+                    if let Err(e) =
+                        decode_text(self.options.format, &self.options, &self.data_schema, line)
+                    {
+                        return Err(Error::Plan(format!(
+                            "{file} line {}: cannot decode the record: {e}",
+                            first_line + i as u64 + 1
+                        )));
+                    }
+                }
+                return Err(Error::Internal(format!(
+                    "{file}: a chunk failed to decode but each line decodes"
+                )));
+            }
+        };
+        let n = batch.num_rows();
+        let columns: Vec<ArrayRef> =
+            self.schema
+                .fields()
+                .iter()
+                .map(|f| -> Result<ArrayRef> {
+                    Ok(match f.name().as_str() {
+                        FILE_COLUMN => Arc::new(StringArray::from(vec![file; n])),
+                        LINE_COLUMN => Arc::new(Int64Array::from_iter_values(
+                            (0..n as u64).map(|i| (first_line + i + 1) as i64),
+                        )),
+                        name => batch.column_by_name(name).cloned().ok_or_else(|| {
+                            Error::Internal(format!("decoded batch lacks {name}"))
+                        })?,
+                    })
+                })
+                .collect::<Result<_>>()?;
+        RecordBatch::try_new(self.schema.clone(), columns)
+            .map_err(|e| Error::Internal(format!("filesystem batch: {e}")))
+    }
+}
+
+fn read_lines(file: &Path) -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Error::io(format!("reading {}", file.display()), e))?;
+    Ok(text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_string)
+        .collect())
+}
+
+fn decode_text(
+    format: Format,
+    options: &FilesystemOptions,
+    schema: &SchemaRef,
+    text: &str,
+) -> std::result::Result<RecordBatch, String> {
+    let mut batches = Vec::new();
+    match format {
+        Format::Json => {
+            let reader = datafusion::arrow::json::ReaderBuilder::new(schema.clone())
+                .with_batch_size(usize::MAX >> 1)
+                .build(Cursor::new(text.as_bytes()))
+                .map_err(|e| e.to_string())?;
+            for b in reader {
+                batches.push(b.map_err(|e| e.to_string())?);
+            }
+        }
+        Format::Csv => {
+            let reader = datafusion::arrow::csv::ReaderBuilder::new(schema.clone())
+                .with_header(false)
+                .with_delimiter(options.csv_delimiter)
+                .with_batch_size(usize::MAX >> 1)
+                .build(Cursor::new(text.as_bytes()))
+                .map_err(|e| e.to_string())?;
+            for b in reader {
+                batches.push(b.map_err(|e| e.to_string())?);
+            }
+        }
+    }
+    datafusion::arrow::compute::concat_batches(schema, &batches).map_err(|e| e.to_string())
+}
+
+#[async_trait]
+impl SourceReader for FilesystemReader {
+    async fn poll(&mut self, max_rows: usize) -> Result<Poll> {
+        if self.current.is_none() {
+            if let (Some(interval), Some(last)) = (self.options.monitor_interval, self.last_listing)
+                && last.elapsed() < interval
+            {
+                tokio::time::sleep(Duration::from_millis(50).min(interval)).await;
+                return Ok(Poll::Idle);
+            }
+            self.last_listing = Some(Instant::now());
+            if !self.open_next()? {
+                return Ok(if self.options.monitor_interval.is_some() {
+                    Poll::Idle
+                } else {
+                    Poll::Finished
+                });
+            }
+        }
+        let Some((file, lines)) = self.current.take() else {
+            return Ok(Poll::Idle);
+        };
+        let done = self.consumed.get(&file).copied().unwrap_or(0) as usize;
+        let end = (done + max_rows.max(1)).min(lines.len());
+        let batch = self.decode(&file, done as u64, &lines[done..end])?;
+        self.consumed.insert(file.clone(), end as u64);
+        if end < lines.len() {
+            self.current = Some((file, lines));
+        }
+        Ok(Poll::Batch(batch))
+    }
+
+    fn offsets(&self) -> Offsets {
+        self.consumed.clone()
+    }
+
+    fn seek(&mut self, offsets: &Offsets) -> Result<()> {
+        self.consumed = offsets.clone();
+        self.current = None;
+        self.last_listing = None;
+        Ok(())
+    }
+
+    fn is_bounded(&self) -> bool {
+        self.options.monitor_interval.is_none()
+    }
+}

@@ -1,0 +1,130 @@
+//! Sources: where continuous jobs read records from.
+//!
+//! A source is declared with `CREATE SOURCE` and read through a [`SourceReader`]: `poll`
+//! returns the next batch of records as Arrow, and the reader's [`Offsets`] say how far it
+//! got, per partition (a Kafka partition, a Kinesis shard, a file). A checkpoint records the
+//! offsets; recovery calls [`SourceReader::seek`] with them, so every record after the last
+//! checkpoint is read again and nothing before it is.
+//!
+//! Readers are deterministic for the same offsets: re-reading gives the same records.
+
+pub mod datagen;
+pub mod filesystem;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+
+use crate::error::{Error, Result};
+use crate::sql::Options;
+
+/// How far a reader got: the next offset to read, per partition.
+pub type Offsets = BTreeMap<String, u64>;
+
+/// The outcome of one poll.
+#[derive(Debug)]
+pub enum Poll {
+    /// Records (never an empty batch).
+    Batch(RecordBatch),
+    /// Nothing right now; poll again later.
+    Idle,
+    /// A bounded source has no more records.
+    Finished,
+}
+
+/// Reads one source.
+#[async_trait]
+pub trait SourceReader: Send {
+    /// The next records, up to about `max_rows`.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: a poll dropped midway may lose the records it was reading. Callers
+    /// await it to completion.
+    async fn poll(&mut self, max_rows: usize) -> Result<Poll>;
+
+    /// The offsets after the last record returned.
+    fn offsets(&self) -> Offsets;
+
+    /// Continue after `offsets` (from a checkpoint).
+    fn seek(&mut self, offsets: &Offsets) -> Result<()>;
+
+    /// Whether this source ends on its own.
+    fn is_bounded(&self) -> bool;
+}
+
+/// A source as declared by `CREATE SOURCE`: its schema and how to read it.
+#[derive(Debug, Clone)]
+pub struct SourceDef {
+    pub name: String,
+    pub schema: SchemaRef,
+    pub connector: Connector,
+}
+
+/// The connectors floe has, with their parsed options.
+#[derive(Debug, Clone)]
+pub enum Connector {
+    Datagen(datagen::DatagenOptions),
+    Filesystem(filesystem::FilesystemOptions),
+}
+
+impl SourceDef {
+    /// Build a source from its declared columns (may be empty) and `WITH` options.
+    pub fn try_new(name: &str, declared: Option<SchemaRef>, mut options: Options) -> Result<Self> {
+        let connector = options.require_str("connector")?;
+        let (schema, connector) = match connector.as_str() {
+            "datagen" => {
+                let (schema, o) = datagen::DatagenOptions::try_new(declared, &mut options)?;
+                (schema, Connector::Datagen(o))
+            }
+            "filesystem" => {
+                let schema = declared.ok_or_else(|| {
+                    Error::Plan(format!(
+                        "source {name}: the filesystem connector needs declared columns, \
+                         e.g. CREATE SOURCE {name} (id BIGINT, name STRING) WITH (...)"
+                    ))
+                })?;
+                let o = filesystem::FilesystemOptions::try_new(&schema, &mut options)?;
+                (schema, Connector::Filesystem(o))
+            }
+            other => {
+                return Err(Error::Option(format!(
+                    "source {name}: connector '{other}' is not supported; floe has 'datagen' \
+                     and 'filesystem'"
+                )));
+            }
+        };
+        options.finish()?;
+        Ok(Self {
+            name: name.to_string(),
+            schema,
+            connector,
+        })
+    }
+
+    /// The connector's name.
+    pub fn connector_name(&self) -> &'static str {
+        match self.connector {
+            Connector::Datagen(_) => "datagen",
+            Connector::Filesystem(_) => "filesystem",
+        }
+    }
+
+    /// A reader from the start of the source.
+    pub fn reader(&self) -> Result<Box<dyn SourceReader>> {
+        Ok(match &self.connector {
+            Connector::Datagen(o) => {
+                Box::new(datagen::DatagenReader::new(self.schema.clone(), o.clone()))
+            }
+            Connector::Filesystem(o) => Box::new(filesystem::FilesystemReader::new(
+                self.schema.clone(),
+                o.clone(),
+            )),
+        })
+    }
+}
+
+/// Shared handle to a source definition.
+pub type SourceRef = Arc<SourceDef>;

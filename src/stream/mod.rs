@@ -1,0 +1,13 @@
+//! The continuous executor: sources polled into Arrow batches, the job's query planned once
+//! on DataFusion and run per batch, rows written to the target, checkpoints committed.
+
+pub mod job;
+pub mod query;
+pub mod registry;
+pub mod slot;
+pub mod source_table;
+
+pub use job::{Job, JobState, JobStatus, Target};
+pub use query::{ContinuousQuery, sources_of};
+pub use registry::Jobs;
+pub use source_table::SourceTable;

@@ -1,0 +1,201 @@
+//! The jobs of a session: started by continuous `INSERT`s, listed by `SHOW JOBS`, stopped
+//! by `STOP JOB` (or when the session ends). Each job runs in its own task; the registry
+//! owns the task, so dropping the registry stops every job.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::job::{Job, JobState, JobStatus};
+use crate::error::{Error, Result};
+
+struct Entry {
+    status: Arc<JobStatus>,
+    stop: watch::Sender<bool>,
+    task: Option<AbortOnDrop>,
+}
+
+/// A task handle that aborts the task when dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// One row of `SHOW JOBS`.
+#[derive(Debug, Clone)]
+pub struct JobRow {
+    pub name: String,
+    pub state: String,
+    pub target: String,
+    pub sources: String,
+    pub records_in: u64,
+    pub records_out: u64,
+    pub rate: f64,
+    pub checkpoint: u64,
+    pub checkpoint_time_ms: u64,
+    pub error: Option<String>,
+}
+
+/// The session's jobs.
+#[derive(Default)]
+pub struct Jobs {
+    jobs: Mutex<BTreeMap<String, Entry>>,
+}
+
+impl Jobs {
+    /// Whether a job of this name is running.
+    pub fn is_active(&self, name: &str) -> bool {
+        self.jobs.lock().is_ok_and(|j| {
+            j.get(name).is_some_and(|e| {
+                matches!(
+                    e.status.state().0,
+                    JobState::Starting | JobState::Running | JobState::Stopping
+                )
+            })
+        })
+    }
+
+    /// Start `job` in the background.
+    pub fn start(&self, job: Job) -> Result<()> {
+        let name = job.name.clone();
+        if self.is_active(&name) {
+            return Err(Error::AlreadyExists(format!(
+                "job '{name}' is running already (STOP JOB '{name}' first, or SET \
+                 'pipeline.name' to another name)"
+            )));
+        }
+        let status = job.status.clone();
+        let (stop, stop_rx) = watch::channel(false);
+        let task_status = status.clone();
+        let task = tokio::spawn(async move {
+            match job.run(stop_rx).await {
+                Ok(end) => task_status.set_state(end, None),
+                Err(e) => task_status.set_state(JobState::Failed, Some(e.to_string())),
+            }
+        });
+        let mut jobs = self
+            .jobs
+            .lock()
+            .map_err(|_| Error::Internal("job registry lock poisoned".into()))?;
+        jobs.insert(
+            name,
+            Entry {
+                status,
+                stop,
+                task: Some(AbortOnDrop(task)),
+            },
+        );
+        Ok(())
+    }
+
+    fn take_task(&self, name: &str) -> Result<Option<AbortOnDrop>> {
+        let mut jobs = self
+            .jobs
+            .lock()
+            .map_err(|_| Error::Internal("job registry lock poisoned".into()))?;
+        let entry = jobs.get_mut(name).ok_or_else(|| {
+            Error::NotFound(format!("there is no job '{name}' (SHOW JOBS lists them)"))
+        })?;
+        let _ = entry.stop.send(true);
+        Ok(entry.task.take())
+    }
+
+    /// Stop `name`: it takes a final checkpoint, then ends. Returns its final state.
+    pub async fn stop(&self, name: &str) -> Result<JobState> {
+        if let Some(mut task) = self.take_task(name)? {
+            let _ = (&mut task.0).await;
+        }
+        Ok(self
+            .status_of(name)
+            .map(|s| s.state().0)
+            .unwrap_or(JobState::Stopped))
+    }
+
+    /// Stop every job, each with a final checkpoint.
+    pub async fn stop_all(&self) {
+        for name in self.names() {
+            let _ = self.stop(&name).await;
+        }
+    }
+
+    /// Wait until every job has ended. Returns the failed ones with their errors.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only watches the jobs, which go on if the wait is dropped.
+    pub async fn wait_all(&self) -> Vec<(String, String)> {
+        while self.any_active() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        self.failures()
+    }
+
+    /// Wait until job `name` has ended; returns its final state and error.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Jobs::wait_all`].
+    pub async fn wait(&self, name: &str) -> (JobState, Option<String>) {
+        while self.is_active(name) {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        self.status_of(name)
+            .map(|s| s.state())
+            .unwrap_or((JobState::Stopped, None))
+    }
+
+    fn failures(&self) -> Vec<(String, String)> {
+        self.rows()
+            .into_iter()
+            .filter(|r| r.state == JobState::Failed.to_string())
+            .map(|r| (r.name, r.error.unwrap_or_default()))
+            .collect()
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.jobs
+            .lock()
+            .map(|j| j.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn status_of(&self, name: &str) -> Option<Arc<JobStatus>> {
+        self.jobs.lock().ok()?.get(name).map(|e| e.status.clone())
+    }
+
+    /// Whether any job is still going.
+    pub fn any_active(&self) -> bool {
+        self.names().iter().any(|n| self.is_active(n))
+    }
+
+    /// `SHOW JOBS`.
+    pub fn rows(&self) -> Vec<JobRow> {
+        let Ok(jobs) = self.jobs.lock() else {
+            return Vec::new();
+        };
+        jobs.values()
+            .map(|e| {
+                let s = &e.status;
+                let (state, error) = s.state();
+                let out = s.records_out.load(Ordering::Relaxed);
+                let secs = s.started.elapsed().as_secs_f64().max(1e-3);
+                JobRow {
+                    name: s.name.clone(),
+                    state: state.to_string(),
+                    target: s.target.clone(),
+                    sources: s.sources.join(", "),
+                    records_in: s.records_in.load(Ordering::Relaxed),
+                    records_out: out,
+                    rate: s.records_in.load(Ordering::Relaxed) as f64 / secs,
+                    checkpoint: s.checkpoint.load(Ordering::Relaxed),
+                    checkpoint_time_ms: s.checkpoint_time_ms.load(Ordering::Relaxed),
+                    error,
+                }
+            })
+            .collect()
+    }
+}
