@@ -58,7 +58,12 @@ impl Args {
 pub async fn main(args: Args) -> i32 {
     let session = Session::new();
     let print = args.print_options();
-    if args.commands.is_empty() && args.files.is_empty() {
+    let repl = args.commands.is_empty() && args.files.is_empty();
+    // The REPL installs its handler after the line editor, which sets its own.
+    if !repl && let Err(e) = crate::interrupt::install(true) {
+        eprintln!("Warning: Ctrl-C will not cancel statements: {e}");
+    }
+    if repl {
         return match repl::run(&session, print).await {
             Ok(()) => 0,
             Err(e) => {
@@ -110,18 +115,9 @@ pub async fn wait_for_jobs(session: &Session) -> bool {
     if !jobs.any_active() {
         return report_failures(jobs.wait_all().await);
     }
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
     tokio::select! {
         failures = jobs.wait_all() => return report_failures(failures),
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate => {}
+        _ = crate::interrupt::interrupted() => {}
     }
     eprintln!("stopping jobs: taking a final checkpoint...");
     jobs.stop_all().await;
@@ -173,7 +169,7 @@ pub async fn run_statement(session: &Session, stmt: Statement, print: PrintOptio
     let start = Instant::now();
     let output: Output = tokio::select! {
         r = session.execute(stmt) => r?,
-        _ = tokio::signal::ctrl_c() => return Err(Error::Cancelled),
+        _ = crate::interrupt::interrupted() => return Err(Error::Cancelled),
     };
     let mut out = std::io::stdout().lock();
     print.print(&mut out, &output, start.elapsed())?;

@@ -11,7 +11,7 @@ use rustyline::highlight::Highlighter;
 use rustyline::hint::Hinter;
 use rustyline::history::FileHistory;
 use rustyline::validate::{ValidationContext, ValidationResult, Validator};
-use rustyline::{Context, Editor, Helper};
+use rustyline::{CompletionType, Config, Context, Editor, Helper};
 
 use super::{PrintOptions, run_statement};
 use crate::error::{Error, Result};
@@ -183,6 +183,12 @@ impl Completer for FloeHelper {
                 });
             }
         }
+        // Sorted, an exact match first, duplicates out.
+        out.sort_by(|a, b| {
+            (a.display.to_ascii_lowercase() != lower, &a.display)
+                .cmp(&(b.display.to_ascii_lowercase() != lower, &b.display))
+        });
+        out.dedup_by(|a, b| a.display == b.display);
         Ok((start, out))
     }
 }
@@ -238,8 +244,16 @@ fn history_path() -> Option<std::path::PathBuf> {
 /// Run the REPL until `\q` or end of input.
 pub async fn run(session: &Session, print: PrintOptions) -> Result<()> {
     let names = Arc::new(Mutex::new(Vec::new()));
-    let mut rl: Editor<FloeHelper, FileHistory> =
-        Editor::new().map_err(|e| Error::Internal(format!("starting the line editor: {e}")))?;
+    let config = Config::builder()
+        .completion_type(CompletionType::List)
+        .auto_add_history(false)
+        .build();
+    let mut rl: Editor<FloeHelper, FileHistory> = Editor::with_config(config)
+        .map_err(|e| Error::Internal(format!("starting the line editor: {e}")))?;
+    // After the editor: its SIGINT handler stays first in line, ours chains after it.
+    if let Err(e) = crate::interrupt::install(false) {
+        eprintln!("Warning: Ctrl-C will not cancel statements: {e}");
+    }
     rl.set_helper(Some(FloeHelper {
         names: names.clone(),
     }));
@@ -258,7 +272,13 @@ pub async fn run(session: &Session, print: PrintOptions) -> Result<()> {
                 if text.is_empty() {
                     continue;
                 }
-                let _ = rl.add_history_entry(text);
+                if text != "\\q" {
+                    let _ = rl.add_history_entry(text);
+                    // Saved at once: a closed terminal loses nothing.
+                    if let Some(h) = &history {
+                        let _ = rl.append_history(h);
+                    }
+                }
                 let sql = if text.starts_with('\\') {
                     match backslash(text) {
                         Ok(None) => break,
@@ -294,9 +314,6 @@ pub async fn run(session: &Session, print: PrintOptions) -> Result<()> {
             Err(ReadlineError::Eof) => break,
             Err(e) => return Err(Error::Internal(format!("line editor: {e}"))),
         }
-    }
-    if let Some(h) = &history {
-        let _ = rl.save_history(h);
     }
     if session.jobs().any_active() {
         println!("stopping jobs: taking a final checkpoint...");
