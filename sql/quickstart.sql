@@ -43,6 +43,32 @@ DESCRIBE lake.shop.orders;
 SELECT snapshot_id, operation, summary['added-records'] AS added FROM lake.shop."orders$snapshots" ORDER BY committed_at;
 SELECT partition, record_count, file_count FROM lake.shop."orders$partitions" ORDER BY partition;
 
+-- A continuous job: a generated order stream into its own table, checkpointed every
+-- second with exactly-once commits. The source is bounded (number-of-rows), and
+-- table.dml-sync makes this INSERT wait until the job has committed its last rows.
+CREATE SOURCE order_stream WITH (
+  'connector' = 'datagen', 'profile' = 'orders', 'number-of-rows' = '200000', 'rows-per-second' = '100000', 'seed' = '7');
+SELECT * FROM order_stream LIMIT 3;
+
+DROP TABLE IF EXISTS lake.shop.order_lines;
+CREATE TABLE lake.shop.order_lines (
+  order_id BIGINT NOT NULL, product STRING, total DOUBLE, region STRING, order_time TIMESTAMP)
+PARTITIONED BY (region, hours(order_time));
+
+SET 'pipeline.name' = 'quickstart-orders';
+SET 'checkpoint.interval' = '1s';
+SET 'table.dml-sync' = 'true';
+INSERT INTO lake.shop.order_lines
+SELECT order_id, upper(product), quantity * price, region, order_time
+FROM order_stream WHERE status <> 'new';
+
+SHOW JOBS;
+SELECT region, count(*) AS orders, round(sum(total), 2) AS revenue
+FROM lake.shop.order_lines GROUP BY region ORDER BY region;
+SELECT summary['floe.job'] AS job, summary['floe.checkpoint'] AS checkpoint,
+       summary['added-records'] AS records
+FROM lake.shop."order_lines$snapshots" ORDER BY committed_at;
+
 -- Time travel: pick a snapshot_id from above, then
 --   SELECT count(*) FROM lake.shop.orders FOR VERSION AS OF <snapshot_id>;
 --   SELECT count(*) FROM lake.shop.orders FOR TIMESTAMP AS OF '2024-06-01 12:00:00';

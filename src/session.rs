@@ -457,7 +457,7 @@ impl Session {
         // Wait for the job; Ctrl-C stops it with a final checkpoint.
         let (state, error) = tokio::select! {
             end = self.jobs.wait(&name) => end,
-            _ = tokio::signal::ctrl_c() => {
+            _ = crate::interrupt::interrupted() => {
                 self.jobs.stop(&name).await?;
                 self.jobs.wait(&name).await
             }

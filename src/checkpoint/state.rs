@@ -29,6 +29,10 @@ pub struct CheckpointRecord {
     pub sources: BTreeMap<String, Offsets>,
     /// Data files written for this checkpoint, per table; committed after the record.
     pub tables: Vec<PendingCommit>,
+    /// The UUID of the target table the job writes. A record for another UUID belongs to
+    /// a dropped table of the same name and is not resumed from.
+    #[serde(default)]
+    pub table_uuid: Option<String>,
 }
 
 /// Data files of one table waiting for (or done with) their commit.
@@ -124,6 +128,7 @@ mod tests {
             time_ms: 5,
             sources: BTreeMap::from([("s".into(), Offsets::from([("0".into(), 10)]))]),
             tables: vec![],
+            table_uuid: None,
         };
         store.save(&r).unwrap();
         r.checkpoint = 2;

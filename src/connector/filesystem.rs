@@ -228,11 +228,12 @@ fn decode_text(
     schema: &SchemaRef,
     text: &str,
 ) -> std::result::Result<RecordBatch, String> {
+    let rows = text.lines().count().max(1);
     let mut batches = Vec::new();
     match format {
         Format::Json => {
             let reader = datafusion::arrow::json::ReaderBuilder::new(schema.clone())
-                .with_batch_size(usize::MAX >> 1)
+                .with_batch_size(rows)
                 .build(Cursor::new(text.as_bytes()))
                 .map_err(|e| e.to_string())?;
             for b in reader {
@@ -243,7 +244,7 @@ fn decode_text(
             let reader = datafusion::arrow::csv::ReaderBuilder::new(schema.clone())
                 .with_header(false)
                 .with_delimiter(options.csv_delimiter)
-                .with_batch_size(usize::MAX >> 1)
+                .with_batch_size(rows)
                 .build(Cursor::new(text.as_bytes()))
                 .map_err(|e| e.to_string())?;
             for b in reader {
@@ -299,5 +300,97 @@ impl SourceReader for FilesystemReader {
 
     fn is_bounded(&self) -> bool {
         self.options.monitor_interval.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::datatypes::{Field, Int64Type};
+
+    use super::*;
+
+    fn reader(dir: &Path, format: &str, extra: &[(&str, &str)]) -> FilesystemReader {
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("name", DataType::Utf8, true),
+            Field::new("_line", DataType::Int64, true),
+        ]));
+        let mut pairs = vec![
+            ("path".to_string(), dir.display().to_string()),
+            ("format".to_string(), format.to_string()),
+        ];
+        pairs.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let mut o = Options::try_new("test", pairs).unwrap();
+        let opts = FilesystemOptions::try_new(&schema, &mut o).unwrap();
+        o.finish().unwrap();
+        FilesystemReader::new(schema, opts)
+    }
+
+    async fn ids(r: &mut FilesystemReader, max: usize) -> Vec<i64> {
+        let mut out: Vec<i64> = Vec::new();
+        loop {
+            match r.poll(max).await.unwrap() {
+                Poll::Batch(b) => out.extend(b.column(0).as_primitive::<Int64Type>().values()),
+                _ => return out,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn csv_with_header_in_file_order_and_seek() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("b.csv"), "id,name\n3,c\n4,d\n").unwrap();
+        std::fs::write(dir.path().join("a.csv"), "id,name\n1,a\n2,b\n").unwrap();
+        std::fs::write(dir.path().join(".hidden.csv"), "id,name\n9,z\n").unwrap();
+        let mut r = reader(dir.path(), "csv", &[("csv.header", "true")]);
+        assert_eq!(ids(&mut r, 1).await, vec![1, 2, 3, 4]);
+        assert!(matches!(r.poll(10).await.unwrap(), Poll::Finished));
+
+        // Resume after the first record of b.csv.
+        let mut offsets = r.offsets();
+        let b = dir.path().join("b.csv").to_string_lossy().into_owned();
+        offsets.insert(b, 2);
+        let mut again = reader(dir.path(), "csv", &[("csv.header", "true")]);
+        again.seek(&offsets).unwrap();
+        assert_eq!(ids(&mut again, 10).await, vec![4]);
+    }
+
+    #[tokio::test]
+    async fn a_bad_line_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("x.json"),
+            "{\"id\": 1}\n{\"id\": \"one\"}\n",
+        )
+        .unwrap();
+        let mut r = reader(dir.path(), "json", &[]);
+        let err = r.poll(10).await.unwrap_err().to_string();
+        assert!(err.contains("x.json line 2"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn monitoring_picks_up_new_files() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("1.json"), "{\"id\": 1, \"name\": \"a\"}\n").unwrap();
+        let mut r = reader(dir.path(), "json", &[("source.monitor-interval", "10ms")]);
+        assert!(!r.is_bounded());
+        let Poll::Batch(b) = r.poll(10).await.unwrap() else {
+            panic!()
+        };
+        assert_eq!(b.num_rows(), 1);
+        assert_eq!(b.column(2).as_primitive::<Int64Type>().value(0), 1, "_line");
+        assert!(matches!(r.poll(10).await.unwrap(), Poll::Idle));
+        std::fs::write(dir.path().join("2.json"), "{\"id\": 2}\n{\"id\": 3}\n").unwrap();
+        let mut got: Vec<i64> = Vec::new();
+        for _ in 0..100 {
+            if let Poll::Batch(b) = r.poll(10).await.unwrap() {
+                got.extend(b.column(0).as_primitive::<Int64Type>().values());
+            }
+            if got.len() == 2 {
+                break;
+            }
+        }
+        assert_eq!(got, vec![2, 3]);
     }
 }

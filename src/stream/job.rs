@@ -184,7 +184,14 @@ impl Runner {
         }
         let mut checkpoint = 0;
         let mut committed_offsets = BTreeMap::new();
-        if let Some(record) = job.store.load(&job.name)? {
+        let table = job.target.catalog.load_table(&job.target.ident).await?;
+        let uuid = table.metadata().uuid().to_string();
+        let record = job
+            .store
+            .load(&job.name)?
+            // A record of a dropped table of the same name: start afresh.
+            .filter(|r| r.table_uuid.as_deref() == Some(uuid.as_str()));
+        if let Some(record) = record {
             // Finish the commits of the last checkpoint (idempotent), then resume after it.
             for pending in &record.tables {
                 commit_once(&job.target.catalog, pending, &job.name, record.checkpoint).await?;
@@ -281,6 +288,7 @@ impl Runner {
             time_ms: chrono::Utc::now().timestamp_millis(),
             sources: offsets.clone(),
             tables,
+            table_uuid: Some(md.uuid().to_string()),
         };
         self.job.store.save(&record)?;
         self.checkpoint = record.checkpoint;
