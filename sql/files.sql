@@ -25,3 +25,8 @@ SELECT user_id, url, ts, ms, regexp_replace(_file, '^.*/', ''), _line FROM click
 SELECT CAST(ts AS DATE) AS day, count(*) AS clicks, avg(ms) AS avg_ms
 FROM lake.web.clicks GROUP BY 1 ORDER BY 1;
 SHOW JOBS;
+
+-- Two lines of the sample data are not valid records: they are in the dead-letter table of the
+-- namespace, with where they came from and why, and the job went on.
+SELECT source_partition, source_offset, CAST(payload AS STRING) AS payload, error
+FROM lake.web.dead_letters ORDER BY source_offset;

@@ -361,6 +361,7 @@ impl Session {
             Field::new("sources", DataType::Utf8, false),
             Field::new("records_in", DataType::UInt64, false),
             Field::new("records_out", DataType::UInt64, false),
+            Field::new("records_dead_lettered", DataType::UInt64, false),
             Field::new("records_per_second", DataType::Float64, false),
             Field::new("last_checkpoint", DataType::UInt64, false),
             Field::new("last_checkpoint_at", DataType::Utf8, true),
@@ -386,6 +387,9 @@ impl Session {
                 )),
                 Arc::new(UInt64Array::from_iter_values(
                     rows.iter().map(|r| r.records_out),
+                )),
+                Arc::new(UInt64Array::from_iter_values(
+                    rows.iter().map(|r| r.records_dead),
                 )),
                 Arc::new(Float64Array::from_iter_values(
                     rows.iter().map(|r| (r.rate * 10.0).round() / 10.0),

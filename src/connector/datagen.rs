@@ -291,7 +291,7 @@ impl SourceReader for DatagenReader {
         let batch = RecordBatch::try_new(self.schema.clone(), columns)
             .map_err(|e| Error::Internal(format!("datagen batch: {e}")))?;
         self.next += n;
-        Ok(Poll::Batch(batch))
+        Ok(Poll::batch(batch))
     }
 
     fn offsets(&self) -> Offsets {
@@ -327,10 +327,10 @@ mod tests {
     #[tokio::test]
     async fn replays_from_an_offset_are_identical() {
         let mut a = reader(&[("number-of-rows", "100"), ("seed", "7")]);
-        let Poll::Batch(first) = a.poll(60).await.unwrap() else {
+        let Poll::Records { batch: first, .. } = a.poll(60).await.unwrap() else {
             panic!()
         };
-        let Poll::Batch(rest) = a.poll(60).await.unwrap() else {
+        let Poll::Records { batch: rest, .. } = a.poll(60).await.unwrap() else {
             panic!()
         };
         assert_eq!(first.num_rows() + rest.num_rows(), 100);
@@ -338,7 +338,7 @@ mod tests {
 
         let mut b = reader(&[("number-of-rows", "100"), ("seed", "7")]);
         b.seek(&Offsets::from([("0".to_string(), 60)])).unwrap();
-        let Poll::Batch(again) = b.poll(60).await.unwrap() else {
+        let Poll::Records { batch: again, .. } = b.poll(60).await.unwrap() else {
             panic!()
         };
         assert_eq!(again, rest);
@@ -350,7 +350,7 @@ mod tests {
         let start = Instant::now();
         let mut n = 0;
         while n < 100 {
-            if let Poll::Batch(b) = r.poll(1000).await.unwrap() {
+            if let Poll::Records { batch: b, .. } = r.poll(1000).await.unwrap() {
                 n += b.num_rows();
             }
         }

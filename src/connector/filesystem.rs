@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 
-use super::{Offsets, Poll, SourceReader};
+use super::{Offsets, Poll, Reject, SourceReader};
 use crate::error::{Error, Result};
 use crate::sql::Options;
 
@@ -168,26 +168,44 @@ impl FilesystemReader {
         Ok(false)
     }
 
-    fn decode(&self, file: &str, first_line: u64, lines: &[String]) -> Result<RecordBatch> {
-        let text = lines.join("\n");
-        let batch = match decode_text(self.options.format, &self.options, &self.data_schema, &text)
-        {
+    /// Decode `lines` (starting at 0-based line `first_line` of `file`); lines that do not
+    /// decode are returned as rejects, the others as a batch with metadata columns.
+    fn decode(
+        &self,
+        file: &str,
+        first_line: u64,
+        lines: &[String],
+    ) -> Result<(RecordBatch, Vec<Reject>)> {
+        let decode =
+            |text: &str| decode_text(self.options.format, &self.options, &self.data_schema, text);
+        let mut rejects = Vec::new();
+        let mut line_numbers: Vec<u64> = (0..lines.len() as u64)
+            .map(|i| first_line + i + 1)
+            .collect();
+        let batch = match decode(&lines.join("\n")) {
             Ok(b) => b,
             Err(_) => {
-                // Find the first bad line, for a message that points at it.
+                // Some line is bad: decode line by line, keeping the good ones.
+                let mut good = Vec::new();
+                let mut good_lines = Vec::new();
                 for (i, line) in lines.iter().enumerate() {
-                    if let Err(e) =
-                        decode_text(self.options.format, &self.options, &self.data_schema, line)
-                    {
-                        return Err(Error::Plan(format!(
-                            "{file} line {}: cannot decode the record: {e}",
-                            first_line + i as u64 + 1
-                        )));
+                    let number = first_line + i as u64 + 1;
+                    match decode(line) {
+                        Ok(b) => {
+                            good.push(b);
+                            good_lines.push(number);
+                        }
+                        Err(e) => rejects.push(Reject {
+                            partition: file.to_string(),
+                            offset: number,
+                            payload: line.as_bytes().to_vec(),
+                            error: format!("{file} line {number}: cannot decode the record: {e}"),
+                        }),
                     }
                 }
-                return Err(Error::Internal(format!(
-                    "{file}: a chunk failed to decode but each line decodes"
-                )));
+                line_numbers = good_lines;
+                datafusion::arrow::compute::concat_batches(&self.data_schema, &good)
+                    .map_err(|e| Error::Internal(format!("joining decoded lines: {e}")))?
             }
         };
         let n = batch.num_rows();
@@ -199,7 +217,7 @@ impl FilesystemReader {
                     Ok(match f.name().as_str() {
                         FILE_COLUMN => Arc::new(StringArray::from(vec![file; n])),
                         LINE_COLUMN => Arc::new(Int64Array::from_iter_values(
-                            (0..n as u64).map(|i| (first_line + i + 1) as i64),
+                            line_numbers.iter().map(|&l| l as i64),
                         )),
                         name => batch.column_by_name(name).cloned().ok_or_else(|| {
                             Error::Internal(format!("decoded batch lacks {name}"))
@@ -207,8 +225,9 @@ impl FilesystemReader {
                     })
                 })
                 .collect::<Result<_>>()?;
-        RecordBatch::try_new(self.schema.clone(), columns)
-            .map_err(|e| Error::Internal(format!("filesystem batch: {e}")))
+        let batch = RecordBatch::try_new(self.schema.clone(), columns)
+            .map_err(|e| Error::Internal(format!("filesystem batch: {e}")))?;
+        Ok((batch, rejects))
     }
 }
 
@@ -279,12 +298,12 @@ impl SourceReader for FilesystemReader {
         };
         let done = self.consumed.get(&file).copied().unwrap_or(0) as usize;
         let end = (done + max_rows.max(1)).min(lines.len());
-        let batch = self.decode(&file, done as u64, &lines[done..end])?;
+        let (batch, rejects) = self.decode(&file, done as u64, &lines[done..end])?;
         self.consumed.insert(file.clone(), end as u64);
         if end < lines.len() {
             self.current = Some((file, lines));
         }
-        Ok(Poll::Batch(batch))
+        Ok(Poll::Records { batch, rejects })
     }
 
     fn offsets(&self) -> Offsets {
@@ -331,7 +350,9 @@ mod tests {
         let mut out: Vec<i64> = Vec::new();
         loop {
             match r.poll(max).await.unwrap() {
-                Poll::Batch(b) => out.extend(b.column(0).as_primitive::<Int64Type>().values()),
+                Poll::Records { batch: b, .. } => {
+                    out.extend(b.column(0).as_primitive::<Int64Type>().values())
+                }
                 _ => return out,
             }
         }
@@ -357,16 +378,34 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_bad_line_is_named() {
+    async fn bad_lines_are_rejected_with_their_place() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join("x.json"),
-            "{\"id\": 1}\n{\"id\": \"one\"}\n",
+            "{\"id\": 1}\n{\"id\": \"one\"}\nnot json\n{\"id\": 4}\n",
         )
         .unwrap();
         let mut r = reader(dir.path(), "json", &[]);
-        let err = r.poll(10).await.unwrap_err().to_string();
-        assert!(err.contains("x.json line 2"), "{err}");
+        let Poll::Records { batch, rejects } = r.poll(10).await.unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            batch.column(0).as_primitive::<Int64Type>().values(),
+            &[1, 4]
+        );
+        assert_eq!(
+            batch.column(2).as_primitive::<Int64Type>().values(),
+            &[1, 4],
+            "_line"
+        );
+        let lines: Vec<u64> = rejects.iter().map(|r| r.offset).collect();
+        assert_eq!(lines, vec![2, 3]);
+        assert_eq!(rejects[1].payload, b"not json");
+        assert!(
+            rejects[0].error.contains("x.json line 2"),
+            "{}",
+            rejects[0].error
+        );
     }
 
     #[tokio::test]
@@ -375,7 +414,7 @@ mod tests {
         std::fs::write(dir.path().join("1.json"), "{\"id\": 1, \"name\": \"a\"}\n").unwrap();
         let mut r = reader(dir.path(), "json", &[("source.monitor-interval", "10ms")]);
         assert!(!r.is_bounded());
-        let Poll::Batch(b) = r.poll(10).await.unwrap() else {
+        let Poll::Records { batch: b, .. } = r.poll(10).await.unwrap() else {
             panic!()
         };
         assert_eq!(b.num_rows(), 1);
@@ -384,7 +423,7 @@ mod tests {
         std::fs::write(dir.path().join("2.json"), "{\"id\": 2}\n{\"id\": 3}\n").unwrap();
         let mut got: Vec<i64> = Vec::new();
         for _ in 0..100 {
-            if let Poll::Batch(b) = r.poll(10).await.unwrap() {
+            if let Poll::Records { batch: b, .. } = r.poll(10).await.unwrap() {
                 got.extend(b.column(0).as_primitive::<Int64Type>().values());
             }
             if got.len() == 2 {

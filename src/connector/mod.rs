@@ -24,15 +24,42 @@ use crate::sql::Options;
 /// How far a reader got: the next offset to read, per partition.
 pub type Offsets = BTreeMap<String, u64>;
 
+/// A record the source could not decode: it goes to the dead-letter table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reject {
+    /// The partition (Kafka partition, Kinesis shard, file) it came from.
+    pub partition: String,
+    /// Its offset (Kafka offset, sequence, line) in the partition.
+    pub offset: u64,
+    /// The raw record.
+    pub payload: Vec<u8>,
+    /// Why it could not be read.
+    pub error: String,
+}
+
 /// The outcome of one poll.
 #[derive(Debug)]
 pub enum Poll {
-    /// Records (never an empty batch).
-    Batch(RecordBatch),
+    /// Decoded records and the ones that could not be decoded; the two together are what
+    /// the poll consumed (the batch may have no rows when every record was rejected).
+    Records {
+        batch: RecordBatch,
+        rejects: Vec<Reject>,
+    },
     /// Nothing right now; poll again later.
     Idle,
     /// A bounded source has no more records.
     Finished,
+}
+
+impl Poll {
+    /// Decoded records, none rejected.
+    pub fn batch(batch: RecordBatch) -> Self {
+        Poll::Records {
+            batch,
+            rejects: Vec::new(),
+        }
+    }
 }
 
 /// Reads one source.

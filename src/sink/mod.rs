@@ -1,6 +1,7 @@
 //! Writing to Iceberg tables: per-table writers and the commit path.
 
 pub mod commit;
+pub mod dead_letter;
 pub mod writer;
 
 pub use writer::TableWriter;

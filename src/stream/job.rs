@@ -20,8 +20,11 @@ use tokio::sync::watch;
 use super::query::ContinuousQuery;
 use crate::checkpoint::{CheckpointRecord, PendingCommit, StateStore, commit_once};
 use crate::connector::{Offsets, Poll, SourceReader};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::sink::TableWriter;
+use crate::sink::dead_letter::{self, DeadLetter};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::compute::concat_batches;
 
 /// Rows asked of a source per poll.
 const POLL_ROWS: usize = 8192;
@@ -75,6 +78,7 @@ pub struct JobStatus {
     pub started: Instant,
     pub records_in: AtomicU64,
     pub records_out: AtomicU64,
+    pub records_dead: AtomicU64,
     pub checkpoint: AtomicU64,
     pub checkpoint_time_ms: AtomicU64,
     state: Mutex<(JobState, Option<String>)>,
@@ -89,6 +93,7 @@ impl JobStatus {
             started: Instant::now(),
             records_in: AtomicU64::new(0),
             records_out: AtomicU64::new(0),
+            records_dead: AtomicU64::new(0),
             checkpoint: AtomicU64::new(0),
             checkpoint_time_ms: AtomicU64::new(0),
             state: Mutex::new((JobState::Starting, None)),
@@ -119,11 +124,78 @@ pub struct Job {
     pub status: Arc<JobStatus>,
 }
 
+/// A table the job writes: the target, or its dead-letter table.
+struct TableOut {
+    catalog_name: String,
+    catalog: Arc<dyn Catalog>,
+    table: Table,
+    writer: Option<TableWriter>,
+}
+
+impl TableOut {
+    fn new(catalog_name: &str, catalog: &Arc<dyn Catalog>, table: Table) -> Self {
+        Self {
+            catalog_name: catalog_name.to_string(),
+            catalog: catalog.clone(),
+            table,
+            writer: None,
+        }
+    }
+
+    fn writer(&mut self) -> Result<&mut TableWriter> {
+        if self.writer.is_none() {
+            self.writer = Some(TableWriter::try_new(&self.table)?);
+        }
+        self.writer
+            .as_mut()
+            .ok_or_else(|| Error::Internal("writer vanished".into()))
+    }
+
+    /// Close the open files; the files to commit, if any.
+    async fn close(&mut self) -> Result<Option<PendingCommit>> {
+        let Some(w) = self.writer.take() else {
+            return Ok(None);
+        };
+        let rows = w.rows();
+        let files = w.close().await?;
+        if files.is_empty() {
+            return Ok(None);
+        }
+        let md = self.table.metadata();
+        let partition_type = md.default_partition_type().clone();
+        let format = md.format_version();
+        let files = files
+            .into_iter()
+            .map(|f| serialize_data_file_to_json(f, &partition_type, format))
+            .collect::<iceberg::Result<Vec<_>>>()?;
+        let ident = self.table.identifier();
+        Ok(Some(PendingCommit {
+            catalog: self.catalog_name.clone(),
+            namespace: ident.namespace().clone().inner(),
+            table: ident.name().to_string(),
+            spec_id: md.default_partition_spec_id(),
+            files,
+            rows,
+        }))
+    }
+
+    async fn reload(&mut self) -> Result<()> {
+        self.table = self.catalog.load_table(self.table.identifier()).await?;
+        Ok(())
+    }
+}
+
+/// Whether an error is about the records (they go to the dead-letter table) rather than
+/// about the system (the job fails).
+fn is_data_error(e: &Error) -> bool {
+    matches!(e, Error::Plan(_) | Error::DataFusion(_))
+}
+
 struct Runner {
     job: Job,
     readers: Vec<(String, Box<dyn SourceReader>, bool)>,
-    table: Table,
-    writer: Option<TableWriter>,
+    data: TableOut,
+    dead: Option<TableOut>,
     checkpoint: u64,
     committed_offsets: BTreeMap<String, Offsets>,
 }
@@ -158,7 +230,21 @@ impl Job {
                 reader.poll(POLL_ROWS).await?
             };
             match poll {
-                Poll::Batch(batch) => runner.process(i, batch).await?,
+                Poll::Records { batch, rejects } => {
+                    let source = runner.readers[i].0.clone();
+                    let letters = rejects
+                        .into_iter()
+                        .map(|r| DeadLetter {
+                            source: source.clone(),
+                            partition: Some(r.partition),
+                            offset: i64::try_from(r.offset).ok(),
+                            payload: r.payload,
+                            error: r.error,
+                        })
+                        .collect();
+                    runner.dead_letter(letters).await?;
+                    runner.process(&source, batch).await?;
+                }
                 Poll::Finished => runner.readers[i].2 = true,
                 Poll::Idle => {
                     let wait = next_checkpoint
@@ -184,7 +270,8 @@ impl Runner {
         }
         let mut checkpoint = 0;
         let mut committed_offsets = BTreeMap::new();
-        let table = job.target.catalog.load_table(&job.target.ident).await?;
+        let target = &job.target;
+        let table = target.catalog.load_table(&target.ident).await?;
         let uuid = table.metadata().uuid().to_string();
         let record = job
             .store
@@ -194,7 +281,7 @@ impl Runner {
         if let Some(record) = record {
             // Finish the commits of the last checkpoint (idempotent), then resume after it.
             for pending in &record.tables {
-                commit_once(&job.target.catalog, pending, &job.name, record.checkpoint).await?;
+                commit_once(&target.catalog, pending, &job.name, record.checkpoint).await?;
             }
             for (name, reader, _) in &mut readers {
                 if let Some(offsets) = record.sources.get(name) {
@@ -208,87 +295,122 @@ impl Runner {
                 .checkpoint_time_ms
                 .store(record.time_ms.max(0) as u64, Ordering::Relaxed);
         }
-        let table = job.target.catalog.load_table(&job.target.ident).await?;
+        let table = target.catalog.load_table(&target.ident).await?;
+        let data = TableOut::new(&target.catalog_name, &target.catalog, table);
         Ok(Self {
             job,
             readers,
-            table,
-            writer: None,
+            data,
+            dead: None,
             checkpoint,
             committed_offsets,
         })
     }
 
-    async fn process(
-        &mut self,
-        reader: usize,
-        batch: datafusion::arrow::array::RecordBatch,
-    ) -> Result<()> {
-        let status = &self.job.status;
-        status
+    /// Run the query on a batch and write its rows. Rows the query or the table rejects
+    /// are found by bisecting the batch and sent to the dead-letter table.
+    async fn process(&mut self, source: &str, batch: RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        self.job
+            .status
             .records_in
             .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
-        let name = self.readers[reader].0.clone();
-        let out = self.job.query.run(&name, batch).await?;
-        for b in out {
-            if b.num_rows() == 0 {
-                continue;
+        let mut pending = vec![batch];
+        let mut letters = Vec::new();
+        while let Some(part) = pending.pop() {
+            match self.write_rows(source, part.clone()).await {
+                Ok(()) => {}
+                Err(e) if is_data_error(&e) && part.num_rows() > 1 => {
+                    let half = part.num_rows() / 2;
+                    pending.push(part.slice(half, part.num_rows() - half));
+                    pending.push(part.slice(0, half));
+                }
+                Err(e) if is_data_error(&e) => letters.push(DeadLetter {
+                    source: source.to_string(),
+                    partition: None,
+                    offset: None,
+                    payload: row_json(&part),
+                    error: e.to_string(),
+                }),
+                Err(e) => return Err(e),
             }
-            let writer = match &mut self.writer {
-                Some(w) => w,
-                None => self.writer.insert(TableWriter::try_new(&self.table)?),
-            };
-            status
-                .records_out
-                .fetch_add(b.num_rows() as u64, Ordering::Relaxed);
-            writer.write(b).await?;
         }
+        self.dead_letter(letters).await
+    }
+
+    /// The query's output for `batch`, written as one batch (so that a bad row writes
+    /// nothing of the batch).
+    async fn write_rows(&mut self, source: &str, batch: RecordBatch) -> Result<()> {
+        let out = self.job.query.run(source, batch).await?;
+        let Some(first) = out.first() else {
+            return Ok(());
+        };
+        let out = concat_batches(&first.schema(), &out)
+            .map_err(|e| Error::Internal(format!("joining query output: {e}")))?;
+        if out.num_rows() == 0 {
+            return Ok(());
+        }
+        let rows = out.num_rows() as u64;
+        self.data.writer()?.write(out).await?;
+        self.job
+            .status
+            .records_out
+            .fetch_add(rows, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Close files, record the checkpoint durably, then commit the table once.
+    async fn dead_letter(&mut self, letters: Vec<DeadLetter>) -> Result<()> {
+        if letters.is_empty() {
+            return Ok(());
+        }
+        let dead = match &mut self.dead {
+            Some(d) => d,
+            None => {
+                let target = &self.job.target;
+                let table =
+                    dead_letter::ensure_table(&target.catalog, target.ident.namespace()).await?;
+                self.dead
+                    .insert(TableOut::new(&target.catalog_name, &target.catalog, table))
+            }
+        };
+        let batch = dead_letter::batch(
+            &self.job.name,
+            &self.job.target.to_string(),
+            &letters,
+            &dead.table,
+        )?;
+        dead.writer()?.write(batch).await?;
+        self.job
+            .status
+            .records_dead
+            .fetch_add(letters.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Close files, record the checkpoint durably, then commit each table once.
     async fn checkpoint(&mut self) -> Result<()> {
         let offsets: BTreeMap<String, Offsets> = self
             .readers
             .iter()
             .map(|(name, r, _)| (name.clone(), r.offsets()))
             .collect();
-        let (files, rows) = match self.writer.take() {
-            Some(w) => {
-                let rows = w.rows();
-                (w.close().await?, rows)
-            }
-            None => (Vec::new(), 0),
-        };
-        if files.is_empty() && offsets == self.committed_offsets {
+        let mut tables = Vec::new();
+        tables.extend(self.data.close().await?);
+        if let Some(dead) = &mut self.dead {
+            tables.extend(dead.close().await?);
+        }
+        if tables.is_empty() && offsets == self.committed_offsets {
             return Ok(());
         }
-        let md = self.table.metadata();
-        let partition_type = md.default_partition_type().clone();
-        let format = md.format_version();
-        let files_json = files
-            .into_iter()
-            .map(|f| serialize_data_file_to_json(f, &partition_type, format))
-            .collect::<iceberg::Result<Vec<_>>>()?;
-        let tables = if files_json.is_empty() {
-            Vec::new()
-        } else {
-            vec![PendingCommit {
-                catalog: self.job.target.catalog_name.clone(),
-                namespace: self.job.target.ident.namespace().clone().inner(),
-                table: self.job.target.ident.name().to_string(),
-                spec_id: md.default_partition_spec_id(),
-                files: files_json,
-                rows,
-            }]
-        };
         let record = CheckpointRecord {
             job: self.job.name.clone(),
             checkpoint: self.checkpoint + 1,
             time_ms: chrono::Utc::now().timestamp_millis(),
             sources: offsets.clone(),
             tables,
-            table_uuid: Some(md.uuid().to_string()),
+            table_uuid: Some(self.data.table.metadata().uuid().to_string()),
         };
         self.job.store.save(&record)?;
         self.checkpoint = record.checkpoint;
@@ -302,12 +424,10 @@ impl Runner {
             .await?;
         }
         if !record.tables.is_empty() {
-            self.table = self
-                .job
-                .target
-                .catalog
-                .load_table(&self.job.target.ident)
-                .await?;
+            self.data.reload().await?;
+            if let Some(dead) = &mut self.dead {
+                dead.reload().await?;
+            }
         }
         self.committed_offsets = offsets;
         let status = &self.job.status;
@@ -319,4 +439,17 @@ impl Runner {
             .store(record.time_ms.max(0) as u64, Ordering::Relaxed);
         Ok(())
     }
+}
+
+/// One row as a JSON object: the payload of a record rejected after decoding.
+fn row_json(batch: &RecordBatch) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut w = datafusion::arrow::json::LineDelimitedWriter::new(&mut out);
+    if w.write(batch).is_ok() && w.finish().is_ok() {
+        drop(w);
+        while out.last() == Some(&b'\n') {
+            out.pop();
+        }
+    }
+    out
 }

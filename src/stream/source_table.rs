@@ -70,7 +70,7 @@ impl TableProvider for SourceTable {
         let mut idle = 0;
         while rows < cap {
             match reader.poll((cap - rows).min(8192)).await? {
-                Poll::Batch(b) => {
+                Poll::Records { batch: b, .. } => {
                     rows += b.num_rows();
                     batches.push(b);
                     idle = 0;
