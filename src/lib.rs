@@ -26,6 +26,7 @@ pub mod cli;
 pub mod config;
 pub mod connector;
 pub mod error;
+pub mod format;
 pub mod interrupt;
 pub mod session;
 pub mod sink;

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const ROWS: u64 = 200_000;
+const ROWS: u64 = 240_000;
 
 fn script(interval: &str) -> String {
     format!(
@@ -21,7 +21,7 @@ fn script(interval: &str) -> String {
          CREATE TABLE IF NOT EXISTS lake.shop.orders (order_id BIGINT, product STRING, amount DOUBLE,
            region STRING, order_time TIMESTAMP) PARTITIONED BY (region, days(order_time));
          CREATE SOURCE gen WITH ('connector' = 'datagen', 'profile' = 'orders',
-           'number-of-rows' = '{ROWS}', 'rows-per-second' = '80000', 'seed' = '42');
+           'number-of-rows' = '{ROWS}', 'rows-per-second' = '60000', 'seed' = '42');
          SET 'pipeline.name' = 'golden';
          SET 'checkpoint.interval' = '{interval}';
          INSERT INTO lake.shop.orders
@@ -115,7 +115,7 @@ fn a_job_killed_and_restarted_gives_the_same_rows() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let at = Duration::from_millis(150 + rng.next(900));
+        let at = Duration::from_millis(150 + rng.next(550));
         let start = Instant::now();
         while start.elapsed() < at {
             if child.try_wait().unwrap().is_some() {

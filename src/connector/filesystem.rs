@@ -8,6 +8,7 @@
 //!                                    there, then finish)
 //! 'csv.header' = 'true'              the first line of each CSV file is a header (default false)
 //! 'csv.delimiter' = ';'              (default ',')
+//! 'format' = 'raw'                   each line into the one declared column
 //! ```
 //!
 //! Columns are declared. Declare `_file STRING` and `_line BIGINT` to get each record's file
@@ -15,81 +16,51 @@
 //! of its lines consumed. Files are taken as immutable once they appear.
 
 use std::collections::BTreeMap;
-use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
-use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 
-use super::{Offsets, Poll, Reject, SourceReader};
+use super::{Offsets, Poll, Reject, SourceReader, data_schema, with_metadata};
 use crate::error::{Error, Result};
+use crate::format::{Decoder, Format};
 use crate::sql::Options;
-
-/// Line formats the filesystem connector reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    Json,
-    Csv,
-}
 
 /// Parsed `filesystem` options.
 #[derive(Debug, Clone)]
 pub struct FilesystemOptions {
     pub path: PathBuf,
-    pub format: Format,
+    pub decoder: Decoder,
     pub monitor_interval: Option<Duration>,
     pub csv_header: bool,
-    pub csv_delimiter: u8,
 }
 
 const FILE_COLUMN: &str = "_file";
 const LINE_COLUMN: &str = "_line";
 
+fn metadata_columns() -> [(&'static str, DataType); 2] {
+    [
+        (FILE_COLUMN, DataType::Utf8),
+        (LINE_COLUMN, DataType::Int64),
+    ]
+}
+
 impl FilesystemOptions {
     pub fn try_new(schema: &SchemaRef, options: &mut Options) -> Result<Self> {
         let path = PathBuf::from(options.require_str("path")?);
-        let format = match options.require_str("format")?.as_str() {
-            "json" => Format::Json,
-            "csv" => Format::Csv,
-            other => {
-                return Err(Error::Option(format!(
-                    "'format' = '{other}' is not supported by the filesystem connector; use \
-                     'json' or 'csv'"
-                )));
-            }
-        };
+        let format = options.require_str("format")?;
+        let data_schema = data_schema(schema, &metadata_columns())?;
+        let decoder = Decoder::try_new(&format, options, data_schema)?;
         let monitor_interval = options.take_duration("source.monitor-interval")?;
         let csv_header = options.take_bool("csv.header")?.unwrap_or(false);
-        let csv_delimiter = match options.take_str("csv.delimiter") {
-            None => b',',
-            Some(d) if d.len() == 1 => d.as_bytes()[0],
-            Some(d) => {
-                return Err(Error::Option(format!(
-                    "'csv.delimiter' must be one character, got '{d}'"
-                )));
-            }
-        };
-        for (name, ty) in [
-            (FILE_COLUMN, DataType::Utf8),
-            (LINE_COLUMN, DataType::Int64),
-        ] {
-            if let Ok(f) = schema.field_with_name(name)
-                && f.data_type() != &ty
-            {
-                return Err(Error::Plan(format!(
-                    "metadata column '{name}' must be declared as {ty}"
-                )));
-            }
-        }
         Ok(Self {
             path,
-            format,
+            decoder,
             monitor_interval,
             csv_header,
-            csv_delimiter,
         })
     }
 }
@@ -97,8 +68,6 @@ impl FilesystemOptions {
 /// Reads the files of one filesystem source.
 pub struct FilesystemReader {
     schema: SchemaRef,
-    /// The declared columns without the metadata ones: what the decoder reads.
-    data_schema: SchemaRef,
     options: FilesystemOptions,
     /// Lines consumed per file (the offsets).
     consumed: BTreeMap<String, u64>,
@@ -109,17 +78,8 @@ pub struct FilesystemReader {
 
 impl FilesystemReader {
     pub fn new(schema: SchemaRef, options: FilesystemOptions) -> Self {
-        let data_schema = Arc::new(Schema::new(
-            schema
-                .fields()
-                .iter()
-                .filter(|f| f.name() != FILE_COLUMN && f.name() != LINE_COLUMN)
-                .cloned()
-                .collect::<Vec<_>>(),
-        ));
         Self {
             schema,
-            data_schema,
             options,
             consumed: BTreeMap::new(),
             current: None,
@@ -154,7 +114,8 @@ impl FilesystemReader {
             let key = file.to_string_lossy().into_owned();
             let done = self.consumed.get(&key).copied().unwrap_or(0);
             let lines = read_lines(&file)?;
-            let skip = usize::from(self.options.format == Format::Csv && self.options.csv_header);
+            let csv = matches!(self.options.decoder.format(), Format::Csv { .. });
+            let skip = usize::from(csv && self.options.csv_header);
             if done == 0 && skip > 0 && !lines.is_empty() {
                 self.consumed.insert(key.clone(), skip as u64);
             }
@@ -176,57 +137,27 @@ impl FilesystemReader {
         first_line: u64,
         lines: &[String],
     ) -> Result<(RecordBatch, Vec<Reject>)> {
-        let decode =
-            |text: &str| decode_text(self.options.format, &self.options, &self.data_schema, text);
-        let mut rejects = Vec::new();
-        let mut line_numbers: Vec<u64> = (0..lines.len() as u64)
-            .map(|i| first_line + i + 1)
+        let records: Vec<&[u8]> = lines.iter().map(|l| l.as_bytes()).collect();
+        let decoded = self.options.decoder.decode(&records)?;
+        let number = |i: usize| first_line + i as u64 + 1;
+        let rejects = decoded
+            .errors
+            .iter()
+            .map(|(i, e)| Reject {
+                partition: file.to_string(),
+                offset: number(*i),
+                payload: records[*i].to_vec(),
+                error: format!("{file} line {}: cannot decode the record: {e}", number(*i)),
+            })
             .collect();
-        let batch = match decode(&lines.join("\n")) {
-            Ok(b) => b,
-            Err(_) => {
-                // Some line is bad: decode line by line, keeping the good ones.
-                let mut good = Vec::new();
-                let mut good_lines = Vec::new();
-                for (i, line) in lines.iter().enumerate() {
-                    let number = first_line + i as u64 + 1;
-                    match decode(line) {
-                        Ok(b) => {
-                            good.push(b);
-                            good_lines.push(number);
-                        }
-                        Err(e) => rejects.push(Reject {
-                            partition: file.to_string(),
-                            offset: number,
-                            payload: line.as_bytes().to_vec(),
-                            error: format!("{file} line {number}: cannot decode the record: {e}"),
-                        }),
-                    }
-                }
-                line_numbers = good_lines;
-                datafusion::arrow::compute::concat_batches(&self.data_schema, &good)
-                    .map_err(|e| Error::Internal(format!("joining decoded lines: {e}")))?
-            }
-        };
-        let n = batch.num_rows();
-        let columns: Vec<ArrayRef> =
-            self.schema
-                .fields()
-                .iter()
-                .map(|f| -> Result<ArrayRef> {
-                    Ok(match f.name().as_str() {
-                        FILE_COLUMN => Arc::new(StringArray::from(vec![file; n])),
-                        LINE_COLUMN => Arc::new(Int64Array::from_iter_values(
-                            line_numbers.iter().map(|&l| l as i64),
-                        )),
-                        name => batch.column_by_name(name).cloned().ok_or_else(|| {
-                            Error::Internal(format!("decoded batch lacks {name}"))
-                        })?,
-                    })
-                })
-                .collect::<Result<_>>()?;
-        let batch = RecordBatch::try_new(self.schema.clone(), columns)
-            .map_err(|e| Error::Internal(format!("filesystem batch: {e}")))?;
+        let n = decoded.batch.num_rows();
+        let batch = with_metadata(&self.schema, &decoded.batch, |name| match name {
+            FILE_COLUMN => Some(Arc::new(StringArray::from(vec![file; n])) as ArrayRef),
+            LINE_COLUMN => Some(Arc::new(Int64Array::from_iter_values(
+                decoded.rows.iter().map(|&i| number(i) as i64),
+            )) as ArrayRef),
+            _ => None,
+        })?;
         Ok((batch, rejects))
     }
 }
@@ -239,39 +170,6 @@ fn read_lines(file: &Path) -> Result<Vec<String>> {
         .filter(|l| !l.trim().is_empty())
         .map(str::to_string)
         .collect())
-}
-
-fn decode_text(
-    format: Format,
-    options: &FilesystemOptions,
-    schema: &SchemaRef,
-    text: &str,
-) -> std::result::Result<RecordBatch, String> {
-    let rows = text.lines().count().max(1);
-    let mut batches = Vec::new();
-    match format {
-        Format::Json => {
-            let reader = datafusion::arrow::json::ReaderBuilder::new(schema.clone())
-                .with_batch_size(rows)
-                .build(Cursor::new(text.as_bytes()))
-                .map_err(|e| e.to_string())?;
-            for b in reader {
-                batches.push(b.map_err(|e| e.to_string())?);
-            }
-        }
-        Format::Csv => {
-            let reader = datafusion::arrow::csv::ReaderBuilder::new(schema.clone())
-                .with_header(false)
-                .with_delimiter(options.csv_delimiter)
-                .with_batch_size(rows)
-                .build(Cursor::new(text.as_bytes()))
-                .map_err(|e| e.to_string())?;
-            for b in reader {
-                batches.push(b.map_err(|e| e.to_string())?);
-            }
-        }
-    }
-    datafusion::arrow::compute::concat_batches(schema, &batches).map_err(|e| e.to_string())
 }
 
 #[async_trait]
@@ -325,7 +223,7 @@ impl SourceReader for FilesystemReader {
 #[cfg(test)]
 mod tests {
     use datafusion::arrow::array::AsArray;
-    use datafusion::arrow::datatypes::{Field, Int64Type};
+    use datafusion::arrow::datatypes::{Field, Int64Type, Schema};
 
     use super::*;
 

@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 
 use crate::error::{Error, Result};
 use crate::sql::Options;
@@ -151,6 +151,50 @@ impl SourceDef {
             )),
         })
     }
+}
+
+/// The declared columns a connector fills from record metadata (`_file`, `_offset`, ...),
+/// checked against the types the connector gives them; returns the other columns, which
+/// the format decodes.
+pub fn data_schema(schema: &SchemaRef, metadata: &[(&str, DataType)]) -> Result<SchemaRef> {
+    for (name, ty) in metadata {
+        if let Ok(f) = schema.field_with_name(name)
+            && f.data_type() != ty
+        {
+            return Err(Error::Plan(format!(
+                "metadata column '{name}' must be declared as {ty}, not {}",
+                f.data_type()
+            )));
+        }
+    }
+    Ok(Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .filter(|f| !metadata.iter().any(|(n, _)| f.name() == n))
+            .cloned()
+            .collect::<Vec<_>>(),
+    )))
+}
+
+/// The source's rows: decoded columns from `data`, metadata columns from `metadata`.
+pub fn with_metadata(
+    schema: &SchemaRef,
+    data: &RecordBatch,
+    metadata: impl Fn(&str) -> Option<ArrayRef>,
+) -> Result<RecordBatch> {
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            data.column_by_name(f.name())
+                .cloned()
+                .or_else(|| metadata(f.name()))
+                .ok_or_else(|| Error::Internal(format!("no values for column {}", f.name())))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    RecordBatch::try_new(schema.clone(), columns)
+        .map_err(|e| Error::Internal(format!("source batch: {e}")))
 }
 
 /// Shared handle to a source definition.
