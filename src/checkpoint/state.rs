@@ -126,7 +126,7 @@ mod tests {
             job: "j/1".into(),
             checkpoint: 1,
             time_ms: 5,
-            sources: BTreeMap::from([("s".into(), Offsets::from([("0".into(), 10)]))]),
+            sources: BTreeMap::from([("s".into(), Offsets::from([("0".into(), "10".into())]))]),
             tables: vec![],
             table_uuid: None,
         };

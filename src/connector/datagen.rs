@@ -295,11 +295,16 @@ impl SourceReader for DatagenReader {
     }
 
     fn offsets(&self) -> Offsets {
-        Offsets::from([("0".to_string(), self.next)])
+        Offsets::from([("0".to_string(), self.next.to_string())])
     }
 
     fn seek(&mut self, offsets: &Offsets) -> Result<()> {
-        self.next = offsets.get("0").copied().unwrap_or(0);
+        self.next = match offsets.get("0") {
+            Some(v) => v.parse().map_err(|_| {
+                Error::Internal(format!("datagen offset '{v}' is not a row number"))
+            })?,
+            None => 0,
+        };
         self.started = None;
         Ok(())
     }
@@ -337,7 +342,8 @@ mod tests {
         assert!(matches!(a.poll(60).await.unwrap(), Poll::Finished));
 
         let mut b = reader(&[("number-of-rows", "100"), ("seed", "7")]);
-        b.seek(&Offsets::from([("0".to_string(), 60)])).unwrap();
+        b.seek(&Offsets::from([("0".to_string(), "60".to_string())]))
+            .unwrap();
         let Poll::Records { batch: again, .. } = b.poll(60).await.unwrap() else {
             panic!()
         };

@@ -205,11 +205,21 @@ impl SourceReader for FilesystemReader {
     }
 
     fn offsets(&self) -> Offsets {
-        self.consumed.clone()
+        self.consumed
+            .iter()
+            .map(|(f, n)| (f.clone(), n.to_string()))
+            .collect()
     }
 
     fn seek(&mut self, offsets: &Offsets) -> Result<()> {
-        self.consumed = offsets.clone();
+        self.consumed = offsets
+            .iter()
+            .map(|(f, n)| {
+                n.parse::<u64>().map(|n| (f.clone(), n)).map_err(|_| {
+                    Error::Internal(format!("line offset '{n}' of {f} is not a number"))
+                })
+            })
+            .collect::<Result<_>>()?;
         self.current = None;
         self.last_listing = None;
         Ok(())
@@ -269,7 +279,7 @@ mod tests {
         // Resume after the first record of b.csv.
         let mut offsets = r.offsets();
         let b = dir.path().join("b.csv").to_string_lossy().into_owned();
-        offsets.insert(b, 2);
+        offsets.insert(b, "2".to_string());
         let mut again = reader(dir.path(), "csv", &[("csv.header", "true")]);
         again.seek(&offsets).unwrap();
         assert_eq!(ids(&mut again, 10).await, vec![4]);

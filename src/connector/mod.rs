@@ -21,8 +21,10 @@ use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use crate::error::{Error, Result};
 use crate::sql::Options;
 
-/// How far a reader got: the next offset to read, per partition.
-pub type Offsets = BTreeMap<String, u64>;
+/// How far a reader got, per partition: the position to resume from, in the connector's
+/// own notation (a Kafka offset, a Kinesis sequence number, a line count), as text so that
+/// any connector's positions fit the checkpoint record.
+pub type Offsets = BTreeMap<String, String>;
 
 /// A record the source could not decode: it goes to the dead-letter table.
 #[derive(Debug, Clone, PartialEq)]
