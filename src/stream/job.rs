@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use super::query::ContinuousQuery;
 use crate::checkpoint::{CheckpointRecord, PendingCommit, StateStore, commit_once};
 use crate::connector::{Offsets, Poll, SourceReader};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::sink::TableWriter;
 use crate::sink::dead_letter::{self, DeadLetter};
 use datafusion::arrow::array::RecordBatch;
@@ -49,6 +49,8 @@ pub enum JobState {
     Starting,
     Running,
     Stopping,
+    /// A catalog, store or source failed; the job restarts from its last checkpoint.
+    Retrying,
     /// Its bounded sources are exhausted and the last checkpoint is committed.
     Finished,
     /// Stopped by `STOP JOB` or a signal, after a final checkpoint.
@@ -62,6 +64,7 @@ impl std::fmt::Display for JobState {
             JobState::Starting => "starting",
             JobState::Running => "running",
             JobState::Stopping => "stopping",
+            JobState::Retrying => "retrying",
             JobState::Finished => "finished",
             JobState::Stopped => "stopped",
             JobState::Failed => "failed",
@@ -191,8 +194,8 @@ fn is_data_error(e: &Error) -> bool {
     matches!(e, Error::Plan(_) | Error::DataFusion(_))
 }
 
-struct Runner {
-    job: Job,
+struct Runner<'a> {
+    job: &'a Job,
     readers: Vec<(String, Box<dyn SourceReader>, bool)>,
     data: TableOut,
     dead: Option<TableOut>,
@@ -200,9 +203,45 @@ struct Runner {
     committed_offsets: BTreeMap<String, Offsets>,
 }
 
+/// The first wait after an external failure; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
 impl Job {
     /// Run until the sources end or `stop` turns true; the last step is always a checkpoint.
+    ///
+    /// When a catalog, store or source fails, the job shows `retrying` with the error and
+    /// starts again from its last checkpoint after a growing pause: recovery commits what a
+    /// table lacks and resumes the sources, so a retry neither loses nor duplicates. Errors in
+    /// the job itself (a bad plan) end it as `failed`.
     pub async fn run(self, mut stop: watch::Receiver<bool>) -> Result<JobState> {
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let started = Instant::now();
+            match self.run_once(&mut stop).await {
+                Ok(end) => return Ok(end),
+                Err(e) if e.kind() == ErrorKind::External => {
+                    if started.elapsed() > MAX_BACKOFF {
+                        backoff = FIRST_BACKOFF;
+                    }
+                    self.status
+                        .set_state(JobState::Retrying, Some(e.to_string()));
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = stop.changed() => {}
+                    }
+                    if *stop.borrow() {
+                        // Nothing uncommitted is lost: the last checkpoint stands.
+                        return Ok(JobState::Stopped);
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn run_once(&self, stop: &mut watch::Receiver<bool>) -> Result<JobState> {
         let status = self.status.clone();
         let mut runner = Runner::start(self).await?;
         status.set_state(JobState::Running, None);
@@ -262,8 +301,8 @@ impl Job {
     }
 }
 
-impl Runner {
-    async fn start(job: Job) -> Result<Self> {
+impl<'a> Runner<'a> {
+    async fn start(job: &'a Job) -> Result<Self> {
         let mut readers = Vec::new();
         for source in job.query.sources() {
             readers.push((source.name.clone(), source.reader()?, false));

@@ -56,7 +56,10 @@ impl Jobs {
             j.get(name).is_some_and(|e| {
                 matches!(
                     e.status.state().0,
-                    JobState::Starting | JobState::Running | JobState::Stopping
+                    JobState::Starting
+                        | JobState::Running
+                        | JobState::Stopping
+                        | JobState::Retrying
                 )
             })
         })
