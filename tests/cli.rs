@@ -242,3 +242,59 @@ fn catalog_secrets_are_masked() {
     assert!(s.contains("s3.region=eu-west-1"), "{s}");
     assert!(!s.contains("hunter2"), "{s}");
 }
+
+#[test]
+fn metrics_are_served_while_jobs_run() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let script = format!(
+        "{CATALOG}
+         CREATE SCHEMA lake.m; CREATE TABLE lake.m.t (order_id BIGINT);
+         CREATE SOURCE gen WITH ('connector' = 'datagen', 'profile' = 'orders',
+           'number-of-rows' = '40000', 'rows-per-second' = '10000');
+         SET 'pipeline.name' = 'metered'; SET 'checkpoint.interval' = '200ms';
+         INSERT INTO lake.m.t SELECT order_id FROM gen;"
+    );
+    std::fs::write(dir.path().join("job.sql"), script).unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_floe"))
+        .current_dir(dir.path())
+        .args(["-q", "--metrics", &addr, "-f", "job.sql"])
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let mut page = String::new();
+    while start.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let Ok(mut conn) = std::net::TcpStream::connect(&addr) else {
+            continue;
+        };
+        conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        page.clear();
+        conn.read_to_string(&mut page).unwrap();
+        if page.contains("floe_job_last_checkpoint{job=\"metered\"} 2") {
+            break;
+        }
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    assert!(page.starts_with("HTTP/1.1 200 OK"), "{page}");
+    assert!(
+        page.contains("# TYPE floe_job_records_in_total counter"),
+        "{page}"
+    );
+    assert!(
+        page.contains("floe_job_records_in_total{job=\"metered\"}"),
+        "{page}"
+    );
+    assert!(
+        page.contains("floe_job_up{job=\"metered\",state=\"running\"} 1"),
+        "{page}"
+    );
+}

@@ -6,11 +6,13 @@
 //! floe -c SQL  [-c SQL]     run statements
 //! ```
 
+pub mod metrics;
 pub mod print;
 pub mod repl;
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser as ClapParser;
@@ -42,6 +44,9 @@ pub struct Args {
     /// In scripts, report a failing statement and go on with the next.
     #[arg(long)]
     pub continue_on_error: bool,
+    /// Serve job metrics in the Prometheus text format on ADDR (e.g. 127.0.0.1:9249).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
 }
 
 impl Args {
@@ -56,8 +61,18 @@ impl Args {
 
 /// Run the command line; the result is the process exit code.
 pub async fn main(args: Args) -> i32 {
-    let session = Session::new();
+    let session = Arc::new(Session::new());
     let print = args.print_options();
+    let _metrics = match &args.metrics {
+        Some(addr) => match metrics::serve(addr, session.clone()).await {
+            Ok(task) => Some(AbortOnDrop(task)),
+            Err(e) => {
+                eprintln!("Error: {e}");
+                return 2;
+            }
+        },
+        None => None,
+    };
     let repl = args.commands.is_empty() && args.files.is_empty();
     // The REPL installs its handler after the line editor, which sets its own.
     if !repl && let Err(e) = crate::interrupt::install(true) {
@@ -115,13 +130,58 @@ pub async fn wait_for_jobs(session: &Session) -> bool {
     if !jobs.any_active() {
         return report_failures(jobs.wait_all().await);
     }
+    let progress = async {
+        if !std::io::stderr().is_terminal() {
+            return std::future::pending::<()>().await;
+        }
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            eprint!("\r\x1b[2K{}", progress_line(&jobs.rows()));
+        }
+    };
     tokio::select! {
-        failures = jobs.wait_all() => return report_failures(failures),
+        failures = jobs.wait_all() => {
+            if std::io::stderr().is_terminal() {
+                eprint!("\r\x1b[2K");
+            }
+            return report_failures(failures);
+        }
         _ = crate::interrupt::interrupted() => {}
+        _ = progress => {}
     }
     eprintln!("stopping jobs: taking a final checkpoint...");
     jobs.stop_all().await;
     report_failures(jobs.wait_all().await)
+}
+
+/// One line about the running jobs: rate, rows, last checkpoint.
+fn progress_line(rows: &[crate::stream::registry::JobRow]) -> String {
+    rows.iter()
+        .filter(|r| matches!(r.state.as_str(), "running" | "starting" | "retrying"))
+        .map(|r| {
+            let mut s = format!(
+                "{}: {} in, {} out, {:.0}/s, checkpoint {}",
+                r.name, r.records_in, r.records_out, r.rate, r.checkpoint
+            );
+            if r.records_dead > 0 {
+                s.push_str(&format!(", {} dead-lettered", r.records_dead));
+            }
+            if r.state == "retrying" {
+                s.push_str(" (retrying)");
+            }
+            s
+        })
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+/// Aborts a background task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 fn report_failures(failures: Vec<(String, String)>) -> bool {

@@ -84,6 +84,9 @@ pub struct JobStatus {
     pub records_dead: AtomicU64,
     pub checkpoint: AtomicU64,
     pub checkpoint_time_ms: AtomicU64,
+    /// How long the last checkpoint took, and the table commits within it, in ms.
+    pub checkpoint_duration_ms: AtomicU64,
+    pub commit_duration_ms: AtomicU64,
     state: Mutex<(JobState, Option<String>)>,
 }
 
@@ -99,6 +102,8 @@ impl JobStatus {
             records_dead: AtomicU64::new(0),
             checkpoint: AtomicU64::new(0),
             checkpoint_time_ms: AtomicU64::new(0),
+            checkpoint_duration_ms: AtomicU64::new(0),
+            commit_duration_ms: AtomicU64::new(0),
             state: Mutex::new((JobState::Starting, None)),
         }
     }
@@ -430,6 +435,7 @@ impl<'a> Runner<'a> {
 
     /// Close files, record the checkpoint durably, then commit each table once.
     async fn checkpoint(&mut self) -> Result<()> {
+        let began = Instant::now();
         let offsets: BTreeMap<String, Offsets> = self
             .readers
             .iter()
@@ -453,6 +459,7 @@ impl<'a> Runner<'a> {
         };
         self.job.store.save(&record)?;
         self.checkpoint = record.checkpoint;
+        let commits = Instant::now();
         for pending in &record.tables {
             commit_once(
                 &self.job.target.catalog,
@@ -470,6 +477,12 @@ impl<'a> Runner<'a> {
         }
         self.committed_offsets = offsets;
         let status = &self.job.status;
+        status
+            .commit_duration_ms
+            .store(commits.elapsed().as_millis() as u64, Ordering::Relaxed);
+        status
+            .checkpoint_duration_ms
+            .store(began.elapsed().as_millis() as u64, Ordering::Relaxed);
         status
             .checkpoint
             .store(record.checkpoint, Ordering::Relaxed);

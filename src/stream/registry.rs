@@ -40,6 +40,8 @@ pub struct JobRow {
     pub rate: f64,
     pub checkpoint: u64,
     pub checkpoint_time_ms: u64,
+    pub checkpoint_duration_ms: u64,
+    pub commit_duration_ms: u64,
     pub error: Option<String>,
 }
 
@@ -198,6 +200,8 @@ impl Jobs {
                     rate: s.records_in.load(Ordering::Relaxed) as f64 / secs,
                     checkpoint: s.checkpoint.load(Ordering::Relaxed),
                     checkpoint_time_ms: s.checkpoint_time_ms.load(Ordering::Relaxed),
+                    checkpoint_duration_ms: s.checkpoint_duration_ms.load(Ordering::Relaxed),
+                    commit_duration_ms: s.commit_duration_ms.load(Ordering::Relaxed),
                     error,
                 }
             })

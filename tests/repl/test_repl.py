@@ -28,6 +28,7 @@ import io
 import os
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Callable, Iterator, Sequence, Union
@@ -481,3 +482,44 @@ def test_ctrl_d_exits_with_zero(spawn_repl: Callable[[], Repl]) -> None:
     assert repl.wait_exit() == 0, "Ctrl-D at an empty prompt must exit with code 0"
     history = repl.home / ".floe_history"
     assert history.is_file() and "SELECT 'bye' AS msg;" in history.read_text()
+
+
+JOB_SCRIPT = """
+CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql',
+  'uri' = 'sqlite:lake/catalog.db', 'warehouse' = 'lake/warehouse');
+CREATE SCHEMA lake.p; CREATE TABLE lake.p.t (order_id BIGINT);
+CREATE SOURCE gen WITH ('connector' = 'datagen', 'profile' = 'orders',
+  'number-of-rows' = '20000', 'rows-per-second' = '10000');
+SET 'pipeline.name' = 'progress'; SET 'checkpoint.interval' = '300ms';
+INSERT INTO lake.p.t SELECT order_id FROM gen;
+"""
+
+
+def test_script_shows_a_progress_line_on_a_terminal_only(floe_bin: Path, tmp_path: Path) -> None:
+    (tmp_path / "job.sql").write_text(JOB_SCRIPT)
+    child = pexpect.spawn(
+        str(floe_bin),
+        ["-q", "-f", "job.sql"],
+        cwd=str(tmp_path),
+        env={**os.environ, "TERM": "xterm"},
+        dimensions=(40, 200),
+        encoding="utf-8",
+        timeout=TIMEOUT_S,
+    )
+    child.expect(r"progress: \d+ in, \d+ out, \d+/s, checkpoint \d+")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, strip_ansi(child.before or "")
+
+    # Not a terminal: no progress line at all.
+    (tmp_path / "again").mkdir()
+    (tmp_path / "again" / "job.sql").write_text(JOB_SCRIPT)
+    done = subprocess.run(
+        [str(floe_bin), "-q", "-f", "job.sql"],
+        cwd=str(tmp_path / "again"),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "" and done.stdout == "", (done.stdout, done.stderr)
