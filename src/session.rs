@@ -28,6 +28,7 @@ use crate::error::{Error, Result};
 use crate::sql::parser::name_parts;
 use crate::sql::statement::*;
 use crate::sql::{Options, Statement, parse_sql};
+use crate::stream::watermark::{WatermarkDef, WatermarkTracker};
 use crate::stream::{ContinuousQuery, Job, JobStatus, Jobs, SourceTable, Target, sources_of};
 use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::{DmlStatement, LogicalPlan, WriteOp};
@@ -245,7 +246,7 @@ impl Session {
             Statement::DropTable(s) => self.drop_table(s).await,
             Statement::ShowTables(s) => self.show_tables(s).await,
             Statement::Describe(s) => self.describe(s).await,
-            Statement::CreateSource(s) => self.create_source(s),
+            Statement::CreateSource(s) => self.create_source(s).await,
             Statement::DropSource(s) => self.drop_source(s),
             Statement::ShowSources => self.show_sources(),
             Statement::DescribeSource(s) => self.describe_source(s),
@@ -262,7 +263,7 @@ impl Session {
         &self.jobs
     }
 
-    fn create_source(&self, s: CreateSource) -> Result<Output> {
+    async fn create_source(&self, s: CreateSource) -> Result<Output> {
         if self.sources.read().is_ok_and(|m| m.contains_key(&s.name)) {
             if s.if_not_exists {
                 return Ok(Output::Done("CREATE SOURCE".into()));
@@ -284,7 +285,14 @@ impl Session {
             Some(Arc::new(arrow_schema_from_columns(&s.columns)?))
         };
         let options = Options::try_new(format!("CREATE SOURCE {}", s.name), s.options)?;
-        let def: SourceRef = Arc::new(SourceDef::try_new(&s.name, declared, options)?);
+        let mut def = SourceDef::try_new(&s.name, declared, options)?;
+        def.watermark = s.watermark.map(|w| WatermarkDef {
+            column: w.column.value,
+            expr: w.expr.to_string(),
+        });
+        // Check the watermark against the columns now, not when a job starts.
+        WatermarkTracker::try_new(&def).await?;
+        let def: SourceRef = Arc::new(def);
         self.ctx
             .register_table(s.name.as_str(), Arc::new(SourceTable::new(def.clone())))?;
         if let Ok(mut m) = self.sources.write() {
@@ -347,6 +355,11 @@ impl Session {
             cols[1].push(f.data_type().to_string());
             cols[2].push(if f.is_nullable() { "YES" } else { "NO" }.to_string());
         }
+        if let Some(w) = &def.watermark {
+            cols[0].push("# Watermark".to_string());
+            cols[1].push(format!("{} AS {}", w.column, w.expr));
+            cols[2].push(String::new());
+        }
         let [a, b, c] = cols;
         string_rows(&["column_name", "data_type", "is_nullable"], vec![a, b, c])
     }
@@ -365,6 +378,7 @@ impl Session {
             Field::new("records_per_second", DataType::Float64, false),
             Field::new("last_checkpoint", DataType::UInt64, false),
             Field::new("last_checkpoint_at", DataType::Utf8, true),
+            Field::new("watermark", DataType::Utf8, true),
             Field::new("error", DataType::Utf8, true),
         ]));
         let batch = RecordBatch::try_new(
@@ -404,6 +418,11 @@ impl Session {
                         })
                         .flatten()
                         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+                }))),
+                Arc::new(StringArray::from_iter(rows.iter().map(|r| {
+                    r.watermark
+                        .and_then(chrono::DateTime::from_timestamp_micros)
+                        .map(|t| t.naive_utc().to_string())
                 }))),
                 Arc::new(StringArray::from_iter(rows.iter().map(|r| r.error.clone()))),
             ],

@@ -3,6 +3,10 @@
 //! ```text
 //! 'connector' = 'datagen'
 //! 'profile'         = 'orders'   rows of an order stream (when no columns are declared)
+//!                   = 'events'   web events of several types whose fields drift: from row
+//!                                'events.drift-at' on (default: half the rows, or 100,000),
+//!                                page views carry user_agent and scroll_depth, and a new
+//!                                event type, interaction, appears
 //! 'number-of-rows'  = N          stop after N rows (default: never)
 //! 'rows-per-second' = R          at most R rows a second (default: as fast as possible)
 //! 'seed'            = S          a different seed gives different values (default 0)
@@ -30,6 +34,8 @@ use crate::sql::Options;
 #[derive(Debug, Clone)]
 pub struct DatagenOptions {
     pub profile: Profile,
+    /// For `events`: the first row of the second version of the payloads.
+    pub drift_at: u64,
     pub number_of_rows: Option<u64>,
     pub rows_per_second: Option<f64>,
     pub seed: u64,
@@ -40,6 +46,8 @@ pub struct DatagenOptions {
 pub enum Profile {
     /// An order stream with a fixed schema.
     Orders,
+    /// Web events whose fields drift part-way through.
+    Events,
     /// Random values for the declared columns.
     Declared,
 }
@@ -77,16 +85,17 @@ impl DatagenOptions {
     ) -> Result<(SchemaRef, Self)> {
         let profile = match (options.take_str("profile").as_deref(), &declared) {
             (Some("orders") | None, None) => Profile::Orders,
+            (Some("events"), None) => Profile::Events,
             (None, Some(_)) => Profile::Declared,
-            (Some("orders"), Some(_)) => {
-                return Err(Error::Option(
-                    "'profile' = 'orders' has its own columns: declare no columns".to_string(),
-                ));
+            (Some(p @ ("orders" | "events")), Some(_)) => {
+                return Err(Error::Option(format!(
+                    "'profile' = '{p}' has its own columns: declare no columns"
+                )));
             }
             (Some(other), _) => {
                 return Err(Error::Option(format!(
-                    "datagen profile '{other}' is not known; use 'orders', or declare columns \
-                     for random values"
+                    "datagen profile '{other}' is not known; use 'orders' or 'events', or \
+                     declare columns for random values"
                 )));
             }
         };
@@ -117,8 +126,20 @@ impl DatagenOptions {
             })
             .transpose()?
             .unwrap_or(0);
+        let drift_at = options
+            .take_str("events.drift-at")
+            .map(|v| {
+                v.parse::<u64>().map_err(|_| {
+                    Error::Option(format!(
+                        "'events.drift-at' must be a whole number, got '{v}'"
+                    ))
+                })
+            })
+            .transpose()?
+            .unwrap_or(number_of_rows.map_or(100_000, |n| n / 2));
         let schema = match profile {
             Profile::Orders => orders_schema(),
+            Profile::Events => events_schema(),
             Profile::Declared => {
                 let schema = declared.unwrap_or_else(orders_schema);
                 for f in schema.fields() {
@@ -137,12 +158,46 @@ impl DatagenOptions {
             schema,
             Self {
                 profile,
+                drift_at,
                 number_of_rows,
                 rows_per_second,
                 seed,
             },
         ))
     }
+}
+
+fn events_schema() -> SchemaRef {
+    let ts = DataType::Timestamp(TimeUnit::Microsecond, None);
+    Arc::new(Schema::new(vec![
+        Field::new("event_id", DataType::Int64, false),
+        Field::new("event_type", DataType::Utf8, false),
+        Field::new("event_time", ts, false),
+        Field::new("user_id", DataType::Int64, false),
+        Field::new("region", DataType::Utf8, false),
+        Field::new("order_id", DataType::Int64, true),
+        Field::new("amount", DataType::Float64, true),
+        Field::new("url", DataType::Utf8, true),
+        Field::new("duration_ms", DataType::Int64, true),
+        Field::new("user_agent", DataType::Utf8, true),
+        Field::new("scroll_depth", DataType::Float64, true),
+        Field::new("element", DataType::Utf8, true),
+    ]))
+}
+
+const URLS: [&str; 5] = ["/", "/search", "/product/42", "/cart", "/checkout"];
+const AGENTS: [&str; 3] = ["firefox/128", "chrome/131", "safari/18"];
+const ELEMENTS: [&str; 3] = ["buy-button", "carousel", "newsletter"];
+
+/// The type of event `row`: orders and page views from the start, interactions only after
+/// the drift.
+fn event_type(seed: u64, row: u64, drift_at: u64) -> &'static str {
+    let kinds: &[&'static str] = if row >= drift_at {
+        &["order", "page-view", "page-view", "interaction"]
+    } else {
+        &["order", "page-view", "page-view"]
+    };
+    kinds[(mix(seed, row, 99) % kinds.len() as u64) as usize]
 }
 
 fn supported(t: &DataType) -> bool {
@@ -191,6 +246,9 @@ impl DatagenReader {
         let seed = self.options.seed;
         let c = index as u64;
         let field = self.schema.field(index);
+        if self.options.profile == Profile::Events {
+            return self.event_column(field.name(), c, rows);
+        }
         if self.options.profile == Profile::Orders {
             return match field.name().as_str() {
                 "order_id" => Arc::new(Int64Array::from_iter_values(rows.map(|r| r as i64 + 1))),
@@ -250,6 +308,55 @@ impl DatagenReader {
             ),
             _ => Arc::new(StringArray::from_iter_values(
                 rows.map(|r| format!("{:x}", mix(seed, r, c) % 0xFF_FFFF)),
+            )),
+        }
+    }
+
+    fn event_column(&self, name: &str, c: u64, rows: std::ops::Range<u64>) -> ArrayRef {
+        let seed = self.options.seed;
+        let drift = self.options.drift_at;
+        let kind = |r: u64| event_type(seed, r, drift);
+        let pick =
+            |r: u64, list: &[&'static str]| list[(mix(seed, r, c) % list.len() as u64) as usize];
+        match name {
+            "event_id" => Arc::new(Int64Array::from_iter_values(rows.map(|r| r as i64 + 1))),
+            "event_type" => Arc::new(StringArray::from_iter_values(rows.map(kind))),
+            "event_time" => Arc::new(TimestampMicrosecondArray::from_iter_values(
+                rows.map(|r| BASE_MICROS + r as i64 * 10_000),
+            )),
+            "user_id" => Arc::new(Int64Array::from_iter_values(
+                rows.map(|r| (mix(seed, r, c) % 5_000) as i64 + 1),
+            )),
+            "region" => Arc::new(StringArray::from_iter_values(
+                rows.map(|r| pick(r, &REGIONS)),
+            )),
+            "order_id" => {
+                Arc::new(Int64Array::from_iter(rows.map(|r| {
+                    (kind(r) == "order").then(|| (mix(seed, r, c) >> 20) as i64)
+                })))
+            }
+            "amount" => Arc::new(Float64Array::from_iter(rows.map(|r| {
+                (kind(r) == "order").then(|| (mix(seed, r, c) % 50_000) as f64 / 100.0)
+            }))),
+            "url" => Arc::new(StringArray::from_iter(
+                rows.map(|r| (kind(r) == "page-view").then(|| pick(r, &URLS))),
+            )),
+            "duration_ms" => {
+                Arc::new(Int64Array::from_iter(rows.map(|r| {
+                    (kind(r) == "page-view").then(|| (mix(seed, r, c) % 30_000) as i64)
+                })))
+            }
+            "user_agent" => {
+                Arc::new(StringArray::from_iter(rows.map(|r| {
+                    (r >= drift && kind(r) != "order").then(|| pick(r, &AGENTS))
+                })))
+            }
+            "scroll_depth" => Arc::new(Float64Array::from_iter(rows.map(|r| {
+                (r >= drift && kind(r) == "page-view")
+                    .then(|| (mix(seed, r, c) % 101) as f64 / 100.0)
+            }))),
+            _ => Arc::new(StringArray::from_iter(
+                rows.map(|r| (kind(r) == "interaction").then(|| pick(r, &ELEMENTS))),
             )),
         }
     }
@@ -348,6 +455,37 @@ mod tests {
             panic!()
         };
         assert_eq!(again, rest);
+    }
+
+    #[tokio::test]
+    async fn events_drift_part_way_through() {
+        let mut r = reader(&[
+            ("profile", "events"),
+            ("number-of-rows", "2000"),
+            ("events.drift-at", "1000"),
+        ]);
+        let Poll::Records { batch: early, .. } = r.poll(1000).await.unwrap() else {
+            panic!()
+        };
+        let Poll::Records { batch: late, .. } = r.poll(1000).await.unwrap() else {
+            panic!()
+        };
+        let col = |b: &RecordBatch, n: &str| b.column_by_name(n).unwrap().clone();
+        assert_eq!(
+            col(&early, "user_agent").null_count(),
+            1000,
+            "no v2 fields before"
+        );
+        assert_eq!(
+            col(&early, "element").null_count(),
+            1000,
+            "no interactions before"
+        );
+        assert!(col(&late, "user_agent").null_count() < 1000);
+        assert!(
+            col(&late, "element").null_count() < 1000,
+            "interactions appear"
+        );
     }
 
     #[tokio::test]

@@ -90,6 +90,8 @@ pub struct SourceDef {
     pub name: String,
     pub schema: SchemaRef,
     pub connector: Connector,
+    /// `WATERMARK FOR column AS expression`, if declared.
+    pub watermark: Option<crate::stream::watermark::WatermarkDef>,
 }
 
 /// The connectors floe has, with their parsed options.
@@ -130,6 +132,7 @@ impl SourceDef {
             name: name.to_string(),
             schema,
             connector,
+            watermark: None,
         })
     }
 

@@ -307,17 +307,31 @@ impl Parser<'_> {
     fn parse_create_source(&mut self) -> Result<Statement> {
         let if_not_exists = self.parse_if_not_exists();
         let name = self.df.parser.parse_identifier()?.value;
-        let columns = if self.df.parser.peek_token().token == Token::LParen {
-            let (columns, constraints) = self.df.parser.parse_columns()?;
-            if let Some(c) = constraints.first() {
-                return Err(Error::Unsupported(format!(
-                    "constraint '{c}' on source {name}: sources take columns only"
-                )));
+        let mut columns = Vec::new();
+        let mut watermark = None;
+        if self.df.parser.consume_token(&Token::LParen) {
+            loop {
+                if self.word(0).as_deref() == Some("WATERMARK") {
+                    if watermark.is_some() {
+                        return Err(Error::Syntax(format!(
+                            "source {name} has two WATERMARK clauses"
+                        )));
+                    }
+                    self.skip(1);
+                    self.df.parser.expect_keyword(Keyword::FOR)?;
+                    let column = self.df.parser.parse_identifier()?;
+                    self.df.parser.expect_keyword(Keyword::AS)?;
+                    let expr = self.df.parser.parse_expr()?;
+                    watermark = Some(Watermark { column, expr });
+                } else {
+                    columns.push(self.df.parser.parse_column_def()?);
+                }
+                if !self.df.parser.consume_token(&Token::Comma) {
+                    self.df.parser.expect_token(&Token::RParen)?;
+                    break;
+                }
             }
-            columns
-        } else {
-            Vec::new()
-        };
+        }
         let options = self.parse_with_options()?;
         if options.is_empty() {
             return Err(Error::Syntax(format!(
@@ -328,6 +342,7 @@ impl Parser<'_> {
             name,
             if_not_exists,
             columns,
+            watermark,
             options,
         }))
     }
@@ -668,6 +683,8 @@ mod tests {
             "INSERT INTO lake.ns.t VALUES (1, NULL, 'x')",
             "CREATE SOURCE IF NOT EXISTS s (id BIGINT, name STRING) WITH ('connector' = 'datagen')",
             "CREATE SOURCE o WITH ('connector' = 'datagen', 'profile' = 'orders')",
+            "CREATE SOURCE c (user_id BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '5' SECOND) \
+             WITH ('connector' = 'datagen')",
             "DROP SOURCE IF EXISTS s",
             "SHOW SOURCES",
             "DESCRIBE SOURCE s",

@@ -6,7 +6,7 @@
 use std::fmt;
 
 use datafusion::sql::parser::Statement as DFStatement;
-use datafusion::sql::sqlparser::ast::{ColumnDef, Expr, ObjectName, Query};
+use datafusion::sql::sqlparser::ast::{ColumnDef, Expr, Ident, ObjectName, Query};
 
 use super::options::quote;
 
@@ -256,7 +256,8 @@ impl fmt::Display for Describe {
 }
 
 /// ```text
-/// CREATE SOURCE [IF NOT EXISTS] name [( column type, ... )]
+/// CREATE SOURCE [IF NOT EXISTS] name
+///     [( column type, ... [, WATERMARK FOR column AS expression] )]
 ///     WITH ('connector' = 'datagen' | 'filesystem', ...)
 /// ```
 #[derive(Debug, Clone, PartialEq)]
@@ -264,7 +265,23 @@ pub struct CreateSource {
     pub name: String,
     pub if_not_exists: bool,
     pub columns: Vec<ColumnDef>,
+    pub watermark: Option<Watermark>,
     pub options: OptionList,
+}
+
+/// `WATERMARK FOR column AS expression`: event time is `column`; the watermark is the
+/// largest value of `expression` seen so far (`ts - INTERVAL '5' SECOND` allows 5 s of
+/// disorder).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Watermark {
+    pub column: Ident,
+    pub expr: Expr,
+}
+
+impl fmt::Display for Watermark {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "WATERMARK FOR {} AS {}", self.column, self.expr)
+    }
 }
 
 impl fmt::Display for CreateSource {

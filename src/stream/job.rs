@@ -8,7 +8,7 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,7 @@ use iceberg::{Catalog, TableIdent};
 use tokio::sync::watch;
 
 use super::query::ContinuousQuery;
+use super::watermark::WatermarkTracker;
 use crate::checkpoint::{CheckpointRecord, PendingCommit, StateStore, commit_once};
 use crate::connector::{Offsets, Poll, SourceReader};
 use crate::error::{Error, ErrorKind, Result};
@@ -87,6 +88,8 @@ pub struct JobStatus {
     /// How long the last checkpoint took, and the table commits within it, in ms.
     pub checkpoint_duration_ms: AtomicU64,
     pub commit_duration_ms: AtomicU64,
+    /// The job's watermark in microseconds since the epoch; `i64::MIN` until known.
+    pub watermark: AtomicI64,
     state: Mutex<(JobState, Option<String>)>,
 }
 
@@ -104,6 +107,7 @@ impl JobStatus {
             checkpoint_time_ms: AtomicU64::new(0),
             checkpoint_duration_ms: AtomicU64::new(0),
             commit_duration_ms: AtomicU64::new(0),
+            watermark: AtomicI64::new(i64::MIN),
             state: Mutex::new((JobState::Starting, None)),
         }
     }
@@ -202,6 +206,8 @@ fn is_data_error(e: &Error) -> bool {
 struct Runner<'a> {
     job: &'a Job,
     readers: Vec<(String, Box<dyn SourceReader>, bool)>,
+    /// Per reader, its source's watermark, if it declares one.
+    watermarks: Vec<Option<WatermarkTracker>>,
     data: TableOut,
     dead: Option<TableOut>,
     checkpoint: u64,
@@ -287,6 +293,7 @@ impl Job {
                         })
                         .collect();
                     runner.dead_letter(letters).await?;
+                    runner.observe_watermark(i, &batch).await?;
                     runner.process(&source, batch).await?;
                 }
                 Poll::Finished => runner.readers[i].2 = true,
@@ -309,8 +316,10 @@ impl Job {
 impl<'a> Runner<'a> {
     async fn start(job: &'a Job) -> Result<Self> {
         let mut readers = Vec::new();
+        let mut watermarks = Vec::new();
         for source in job.query.sources() {
             readers.push((source.name.clone(), source.reader()?, false));
+            watermarks.push(WatermarkTracker::try_new(source).await?);
         }
         let mut checkpoint = 0;
         let mut committed_offsets = BTreeMap::new();
@@ -344,11 +353,31 @@ impl<'a> Runner<'a> {
         Ok(Self {
             job,
             readers,
+            watermarks,
             data,
             dead: None,
             checkpoint,
             committed_offsets,
         })
+    }
+
+    /// Advance reader `i`'s watermark past `batch`; the job's is the smallest of its sources'.
+    async fn observe_watermark(&mut self, i: usize, batch: &RecordBatch) -> Result<()> {
+        let Some(tracker) = &mut self.watermarks[i] else {
+            return Ok(());
+        };
+        tracker.observe(batch).await?;
+        let job = self
+            .watermarks
+            .iter()
+            .flatten()
+            .map(|t| t.current())
+            .collect::<Option<Vec<i64>>>()
+            .and_then(|w| w.into_iter().min());
+        if let Some(w) = job {
+            self.job.status.watermark.store(w, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// Run the query on a batch and write its rows. Rows the query or the table rejects

@@ -6,6 +6,7 @@ pub mod query;
 pub mod registry;
 pub mod slot;
 pub mod source_table;
+pub mod watermark;
 
 pub use job::{Job, JobState, JobStatus, Target};
 pub use query::{ContinuousQuery, sources_of};

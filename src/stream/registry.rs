@@ -42,6 +42,8 @@ pub struct JobRow {
     pub checkpoint_time_ms: u64,
     pub checkpoint_duration_ms: u64,
     pub commit_duration_ms: u64,
+    /// Microseconds since the epoch, when the job's sources declare watermarks.
+    pub watermark: Option<i64>,
     pub error: Option<String>,
 }
 
@@ -202,6 +204,7 @@ impl Jobs {
                     checkpoint_time_ms: s.checkpoint_time_ms.load(Ordering::Relaxed),
                     checkpoint_duration_ms: s.checkpoint_duration_ms.load(Ordering::Relaxed),
                     commit_duration_ms: s.commit_duration_ms.load(Ordering::Relaxed),
+                    watermark: Some(s.watermark.load(Ordering::Relaxed)).filter(|w| *w != i64::MIN),
                     error,
                 }
             })

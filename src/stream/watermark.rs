@@ -1,0 +1,122 @@
+//! Watermarks: how far event time has progressed in a source.
+//!
+//! A source declared with `WATERMARK FOR ts AS ts - INTERVAL '5' SECOND` has, at any moment,
+//! the watermark "the largest value of the expression over the records read so far". A job's
+//! watermark is the smallest of its sources' (as in Flink); `SHOW JOBS` shows it. Row-wise
+//! jobs do not wait on it; it tells how current the data in the lake is.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, RecordBatch, TimestampMicrosecondArray};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::{ExecutionPlan, collect};
+use datafusion::prelude::SessionContext;
+
+use super::slot::{BatchSlot, SlotTable};
+use crate::connector::SourceDef;
+use crate::error::{Error, Result};
+
+/// A source's watermark declaration: the event-time column and the watermark expression.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WatermarkDef {
+    pub column: String,
+    /// The expression, as SQL over the source's columns.
+    pub expr: String,
+}
+
+/// Follows one source's watermark as batches go by.
+pub struct WatermarkTracker {
+    slot: Arc<BatchSlot>,
+    plan: Arc<dyn ExecutionPlan>,
+    task: Arc<TaskContext>,
+    /// Microseconds since the epoch, once a record was seen.
+    current: Option<i64>,
+}
+
+impl WatermarkTracker {
+    /// A tracker for `source`, or `None` when it declares no watermark. Fails when the
+    /// declaration does not fit the source's columns.
+    pub async fn try_new(source: &SourceDef) -> Result<Option<Self>> {
+        let Some(def) = &source.watermark else {
+            return Ok(None);
+        };
+        let column = source.schema.field_with_name(&def.column).map_err(|_| {
+            Error::Plan(format!(
+                "WATERMARK FOR {}: source {} has no column '{}'",
+                def.column, source.name, def.column
+            ))
+        })?;
+        if !matches!(column.data_type(), DataType::Timestamp(_, _)) {
+            return Err(Error::Plan(format!(
+                "WATERMARK FOR {}: the column must be a TIMESTAMP, it is {}",
+                def.column,
+                column.data_type()
+            )));
+        }
+        let slot = Arc::new(BatchSlot::default());
+        let ctx = SessionContext::new();
+        ctx.register_table(
+            "source",
+            Arc::new(SlotTable::new(source.schema.clone(), slot.clone())),
+        )?;
+        let df = ctx
+            .sql(&format!(
+                "SELECT max({}) AS watermark FROM source",
+                def.expr
+            ))
+            .await
+            .map_err(|e| {
+                Error::Plan(format!(
+                    "WATERMARK FOR {} AS {}: {}",
+                    def.column,
+                    def.expr,
+                    Error::from(e)
+                ))
+            })?;
+        let ty = df.schema().field(0).data_type().clone();
+        if !matches!(ty, DataType::Timestamp(_, _)) {
+            return Err(Error::Plan(format!(
+                "WATERMARK FOR {} AS {}: the expression must be a TIMESTAMP, it is {ty}",
+                def.column, def.expr
+            )));
+        }
+        let plan = df.create_physical_plan().await?;
+        Ok(Some(Self {
+            slot,
+            plan,
+            task: ctx.task_ctx(),
+            current: None,
+        }))
+    }
+
+    /// Advance the watermark past `batch`'s records.
+    pub async fn observe(&mut self, batch: &RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        self.slot.set(batch.clone());
+        let out = collect(self.plan.clone(), self.task.clone()).await;
+        self.slot.clear();
+        for b in out? {
+            let micros = cast(
+                b.column(0),
+                &DataType::Timestamp(TimeUnit::Microsecond, None),
+            )
+            .map_err(|e| Error::Internal(format!("watermark cast: {e}")))?;
+            if let Some(a) = micros.as_any().downcast_ref::<TimestampMicrosecondArray>()
+                && a.is_valid(0)
+            {
+                let v = a.value(0);
+                self.current = Some(self.current.map_or(v, |c| c.max(v)));
+            }
+        }
+        Ok(())
+    }
+
+    /// The watermark in microseconds since the epoch, once a record was seen.
+    pub fn current(&self) -> Option<i64> {
+        self.current
+    }
+}
