@@ -246,7 +246,7 @@ impl Session {
             Statement::DropTable(s) => self.drop_table(s).await,
             Statement::ShowTables(s) => self.show_tables(s).await,
             Statement::Describe(s) => self.describe(s).await,
-            Statement::CreateSource(s) => self.create_source(s).await,
+            Statement::CreateSource(s) => self.create_source(*s).await,
             Statement::DropSource(s) => self.drop_source(s),
             Statement::ShowSources => self.show_sources(),
             Statement::DescribeSource(s) => self.describe_source(s),

@@ -338,13 +338,13 @@ impl Parser<'_> {
                 "CREATE SOURCE {name} needs WITH ('connector' = ..., ...)"
             )));
         }
-        Ok(Statement::CreateSource(CreateSource {
+        Ok(Statement::CreateSource(Box::new(CreateSource {
             name,
             if_not_exists,
             columns,
             watermark,
             options,
-        }))
+        })))
     }
 
     fn parse_create_table(&mut self) -> Result<Statement> {

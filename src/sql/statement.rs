@@ -25,7 +25,7 @@ pub enum Statement {
     DropTable(DropTable),
     ShowTables(ShowTables),
     Describe(Describe),
-    CreateSource(CreateSource),
+    CreateSource(Box<CreateSource>),
     DropSource(DropSource),
     ShowSources,
     DescribeSource(DescribeSource),
