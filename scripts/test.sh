@@ -30,7 +30,7 @@ step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets -- -D warnings
 
 step "cargo test (unit, CLI, sqllogictest)"
-cargo test --all-targets
+cargo test
 
 FLOE_BIN="$TARGET/debug/floe"
 step "sql/*.sql scripts"

@@ -1,0 +1,169 @@
+//! Ingest throughput: JSON events -> an Iceberg table on local disk, one core, against the
+//! machine's own limit measured in the same run.
+//!
+//! ```text
+//! cargo bench --bench ingest                 # 400,000 events
+//! FLOE_BENCH_EVENTS=2000000 cargo bench --bench ingest
+//! ```
+//!
+//! The baseline is what no engine can beat here: the same bytes decoded by arrow-json and
+//! encoded as zstd Parquet, in one thread, with nothing around it. floe runs a continuous job
+//! (filesystem source, declared columns) into a sqlite-catalog table on one runtime thread.
+//! The target (DESIGN) is at least 70% of the baseline.
+
+use std::io::Cursor;
+use std::sync::Arc;
+use std::time::Instant;
+
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use datafusion::arrow::json::ReaderBuilder;
+use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::basic::{Compression, ZstdLevel};
+use datafusion::parquet::file::properties::WriterProperties;
+use floe::Session;
+
+const KINDS: [&str; 4] = ["order", "page_view", "interaction", "signup"];
+const REGIONS: [&str; 4] = ["eu-west", "us-east", "ap-south", "sa-east"];
+
+/// One ~285-byte, 11-field event.
+fn event(i: u64) -> String {
+    format!(
+        "{{\"event_id\":{i},\"event_type\":\"{}\",\"event_time\":\"2024-05-01T{:02}:{:02}:{:02}\",\
+         \"user_id\":{},\"session_id\":\"s-{:012x}\",\"region\":\"{}\",\"amount\":{}.{:02},\
+         \"url\":\"https://shop.example.com/products/item/{}?ref=home\",\"device\":\"{}\",\"ok\":{},\
+         \"tags\":\"promo,spring,newsletter,{}\"}}",
+        KINDS[(i % 4) as usize],
+        (i / 3600) % 24,
+        (i / 60) % 60,
+        i % 60,
+        i * 7919 % 100_000,
+        i * 2_654_435_761 % (1 << 40),
+        REGIONS[(i / 7 % 4) as usize],
+        i % 500,
+        i % 100,
+        i % 10_000,
+        if i.is_multiple_of(3) {
+            "mobile"
+        } else {
+            "desktop"
+        },
+        !i.is_multiple_of(5),
+        i % 97
+    )
+}
+
+fn schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new("event_id", DataType::Int64, true),
+        Field::new("event_type", DataType::Utf8, true),
+        Field::new(
+            "event_time",
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+            true,
+        ),
+        Field::new("user_id", DataType::Int64, true),
+        Field::new("session_id", DataType::Utf8, true),
+        Field::new("region", DataType::Utf8, true),
+        Field::new("amount", DataType::Float64, true),
+        Field::new("url", DataType::Utf8, true),
+        Field::new("device", DataType::Utf8, true),
+        Field::new("ok", DataType::Boolean, true),
+        Field::new("tags", DataType::Utf8, true),
+    ]))
+}
+
+/// arrow-json decode + zstd Parquet encode of `text`, one thread: records per second.
+fn baseline(text: &str, events: u64) -> f64 {
+    let start = Instant::now();
+    let reader = ReaderBuilder::new(schema())
+        .with_batch_size(8192)
+        .build(Cursor::new(text.as_bytes()))
+        .expect("reader");
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .build();
+    let mut out = Vec::new();
+    let mut writer = ArrowWriter::try_new(&mut out, schema(), Some(props)).expect("writer");
+    let mut rows = 0;
+    for batch in reader {
+        let batch = batch.expect("decode");
+        rows += batch.num_rows() as u64;
+        writer.write(&batch).expect("encode");
+    }
+    writer.close().expect("close");
+    assert_eq!(rows, events);
+    events as f64 / start.elapsed().as_secs_f64()
+}
+
+/// floe: a continuous job from JSON files to an Iceberg table: records per second.
+fn floe_job(dir: &std::path::Path, events: u64) -> f64 {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let d = dir.display();
+        let session = Session::new();
+        session
+            .sql(&format!(
+                "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql',
+                   'uri' = 'sqlite:{d}/catalog.db', 'warehouse' = '{d}/warehouse');
+                 CREATE SCHEMA lake.bench;
+                 CREATE TABLE lake.bench.events (event_id BIGINT, event_type STRING,
+                   event_time TIMESTAMP, user_id BIGINT, session_id STRING, region STRING,
+                   amount DOUBLE, url STRING, device STRING, ok BOOLEAN, tags STRING)
+                 WITH ('write.parquet.compression-codec' = 'zstd');
+                 CREATE SOURCE events (event_id BIGINT, event_type STRING,
+                   event_time TIMESTAMP, user_id BIGINT, session_id STRING, region STRING,
+                   amount DOUBLE, url STRING, device STRING, ok BOOLEAN, tags STRING)
+                 WITH ('connector' = 'filesystem', 'path' = '{d}/data', 'format' = 'json');
+                 SET 'state.dir' = '{d}/state'; SET 'checkpoint.interval' = '10s';
+                 SET 'table.dml-sync' = 'true';"
+            ))
+            .await
+            .expect("setup");
+        let start = Instant::now();
+        session
+            .sql("INSERT INTO lake.bench.events SELECT * FROM events")
+            .await
+            .expect("job");
+        let rate = events as f64 / start.elapsed().as_secs_f64();
+        let rows = session.jobs().rows();
+        assert_eq!(rows[0].records_out, events, "{rows:?}");
+        rate
+    })
+}
+
+fn main() {
+    let events: u64 = std::env::var("FLOE_BENCH_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(400_000);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).expect("data dir");
+    let mut text = String::new();
+    for i in 0..events {
+        text.push_str(&event(i));
+        text.push('\n');
+    }
+    let bytes = text.len() as f64 / events as f64;
+    std::fs::write(data.join("events.jsonl"), &text).expect("write events");
+
+    let base = baseline(&text, events);
+    let floe = floe_job(dir.path(), events);
+    println!("ingest: {events} JSON events of {bytes:.0} bytes, 11 fields, one core");
+    println!(
+        "  baseline (arrow-json decode + zstd Parquet encode): {:>10.0} records/s",
+        base
+    );
+    println!(
+        "  floe (file source -> continuous job -> Iceberg):   {:>10.0} records/s",
+        floe
+    );
+    println!(
+        "  ratio: {:.0}% of the baseline (target: at least 70%)",
+        100.0 * floe / base
+    );
+}
