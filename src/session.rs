@@ -376,6 +376,7 @@ impl Session {
             Field::new("records_out", DataType::UInt64, false),
             Field::new("records_dead_lettered", DataType::UInt64, false),
             Field::new("records_per_second", DataType::Float64, false),
+            Field::new("lag", DataType::UInt64, true),
             Field::new("last_checkpoint", DataType::UInt64, false),
             Field::new("last_checkpoint_at", DataType::Utf8, true),
             Field::new("watermark", DataType::Utf8, true),
@@ -408,6 +409,7 @@ impl Session {
                 Arc::new(Float64Array::from_iter_values(
                     rows.iter().map(|r| (r.rate * 10.0).round() / 10.0),
                 )),
+                Arc::new(UInt64Array::from_iter(rows.iter().map(|r| r.lag))),
                 Arc::new(UInt64Array::from_iter_values(
                     rows.iter().map(|r| r.checkpoint),
                 )),

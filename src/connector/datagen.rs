@@ -419,6 +419,12 @@ impl SourceReader for DatagenReader {
     fn is_bounded(&self) -> bool {
         self.options.number_of_rows.is_some()
     }
+
+    fn lag(&self) -> Option<u64> {
+        self.options
+            .number_of_rows
+            .map(|n| n.saturating_sub(self.next))
+    }
 }
 
 #[cfg(test)]

@@ -228,6 +228,13 @@ impl SourceReader for FilesystemReader {
     fn is_bounded(&self) -> bool {
         self.options.monitor_interval.is_none()
     }
+
+    /// Lines left in the file being read (files not opened yet are not counted).
+    fn lag(&self) -> Option<u64> {
+        let (file, lines) = self.current.as_ref()?;
+        let done = self.consumed.get(file).copied().unwrap_or(0);
+        Some((lines.len() as u64).saturating_sub(done))
+    }
 }
 
 #[cfg(test)]

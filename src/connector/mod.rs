@@ -82,6 +82,12 @@ pub trait SourceReader: Send {
 
     /// Whether this source ends on its own.
     fn is_bounded(&self) -> bool;
+
+    /// Records known to be waiting after the current position, when the source can tell
+    /// (shown as lag in `SHOW JOBS`); `None` when it cannot.
+    fn lag(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A source as declared by `CREATE SOURCE`: its schema and how to read it.

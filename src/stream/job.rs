@@ -90,6 +90,8 @@ pub struct JobStatus {
     pub commit_duration_ms: AtomicU64,
     /// The job's watermark in microseconds since the epoch; `i64::MIN` until known.
     pub watermark: AtomicI64,
+    /// Records waiting in the sources, when every source can tell; `u64::MAX` otherwise.
+    pub lag: AtomicU64,
     state: Mutex<(JobState, Option<String>)>,
 }
 
@@ -108,6 +110,7 @@ impl JobStatus {
             checkpoint_duration_ms: AtomicU64::new(0),
             commit_duration_ms: AtomicU64::new(0),
             watermark: AtomicI64::new(i64::MIN),
+            lag: AtomicU64::new(u64::MAX),
             state: Mutex::new((JobState::Starting, None)),
         }
     }
@@ -295,6 +298,7 @@ impl Job {
                     runner.dead_letter(letters).await?;
                     runner.observe_watermark(i, &batch).await?;
                     runner.process(&source, batch).await?;
+                    runner.update_lag();
                 }
                 Poll::Finished => runner.readers[i].2 = true,
                 Poll::Idle => {
@@ -359,6 +363,19 @@ impl<'a> Runner<'a> {
             checkpoint,
             committed_offsets,
         })
+    }
+
+    /// The records waiting in all sources, when each can tell.
+    fn update_lag(&self) {
+        let lag = self
+            .readers
+            .iter()
+            .map(|(_, r, done)| if *done { Some(0) } else { r.lag() })
+            .sum::<Option<u64>>();
+        self.job
+            .status
+            .lag
+            .store(lag.unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
     /// Advance reader `i`'s watermark past `batch`; the job's is the smallest of its sources'.

@@ -44,6 +44,8 @@ pub struct JobRow {
     pub commit_duration_ms: u64,
     /// Microseconds since the epoch, when the job's sources declare watermarks.
     pub watermark: Option<i64>,
+    /// Records waiting in the sources, when they can tell.
+    pub lag: Option<u64>,
     pub error: Option<String>,
 }
 
@@ -205,6 +207,7 @@ impl Jobs {
                     checkpoint_duration_ms: s.checkpoint_duration_ms.load(Ordering::Relaxed),
                     commit_duration_ms: s.commit_duration_ms.load(Ordering::Relaxed),
                     watermark: Some(s.watermark.load(Ordering::Relaxed)).filter(|w| *w != i64::MIN),
+                    lag: Some(s.lag.load(Ordering::Relaxed)).filter(|l| *l != u64::MAX),
                     error,
                 }
             })
