@@ -1,5 +1,6 @@
 //! Iceberg catalogs: opening them, showing them to DataFusion, and mapping SQL to Iceberg.
 
+pub mod commit;
 pub mod connect;
 pub mod metadata;
 pub mod provider;

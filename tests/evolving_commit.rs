@@ -1,0 +1,145 @@
+//! A schema change and a partition-spec change committed together with the snapshot that
+//! first uses them (floe's own commit path; iceberg-rust has no action for it).
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use floe::catalog::commit::{EvolvingAppend, SqlCommitter, prepare, staged};
+use floe::sink::TableWriter;
+use floe::{Output, Session};
+use iceberg::spec::{NestedField, PrimitiveType, Schema, Transform, Type, UnboundPartitionSpec};
+use iceberg::{NamespaceIdent, TableIdent};
+
+async fn rows(session: &Session, sql: &str) -> String {
+    match session.sql(sql).await.unwrap().pop() {
+        Some(Output::Rows(_, b)) => pretty_format_batches(&b).unwrap().to_string(),
+        other => panic!("{sql}: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_spec_and_data_land_in_one_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let session = Session::new();
+    session
+        .sql(&format!(
+            "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql', \
+             'uri' = 'sqlite:{d}/catalog.db', 'warehouse' = '{d}/warehouse');
+             CREATE SCHEMA lake.e; CREATE TABLE lake.e.t (id BIGINT NOT NULL, region STRING);
+             INSERT INTO lake.e.t VALUES (1, 'eu'), (2, 'us');"
+        ))
+        .await
+        .unwrap();
+    let handle = session.catalogs()["lake"].clone();
+    let ident = TableIdent::new(NamespaceIdent::new("e".into()), "t".into());
+    let base = handle.catalog.load_table(&ident).await.unwrap();
+
+    // The new schema keeps every field id and adds `note` after the last one.
+    let current = base.metadata().current_schema();
+    let mut fields: Vec<_> = current.as_struct().fields().to_vec();
+    let note_id = base.metadata().last_column_id() + 1;
+    fields.push(Arc::new(NestedField::optional(
+        note_id,
+        "note",
+        Type::Primitive(PrimitiveType::String),
+    )));
+    let schema = Schema::builder().with_fields(fields).build().unwrap();
+    let region_id = current.field_by_name("region").unwrap().id;
+    let spec = UnboundPartitionSpec::builder()
+        .add_partition_field(region_id, "region", Transform::Identity)
+        .unwrap()
+        .build();
+
+    let stage = staged(&base, Some(schema.clone()), Some(spec.clone())).unwrap();
+    let mut writer = TableWriter::try_new(&stage).unwrap();
+    let arrow = Arc::new(
+        iceberg::arrow::schema_to_arrow_schema(stage.metadata().current_schema()).unwrap(),
+    );
+    writer
+        .write(
+            RecordBatch::try_new(
+                arrow,
+                vec![
+                    Arc::new(Int64Array::from(vec![3, 4])),
+                    Arc::new(StringArray::from(vec!["eu", "ap"])),
+                    Arc::new(StringArray::from(vec![Some("hello"), None])),
+                ],
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let files = writer.close().await.unwrap();
+    assert_eq!(files.len(), 2, "one file per region");
+
+    let uri = handle.display_options["uri"].clone();
+    let committer = SqlCommitter::connect(&uri, "lake").await.unwrap();
+    let append = |files| EvolvingAppend {
+        schema: Some(schema.clone()),
+        spec: Some(spec.clone()),
+        files,
+        summary: [("floe.job".to_string(), "test".to_string())].into(),
+    };
+    let metadata = prepare(&base, append(files.clone())).await.unwrap();
+    let committed = committer.commit(&base, metadata).await.unwrap();
+    assert_eq!(
+        committed
+            .metadata()
+            .current_schema()
+            .field_by_name("note")
+            .unwrap()
+            .id,
+        note_id
+    );
+
+    // A second commit on the old base conflicts instead of overwriting.
+    let again = prepare(&base, append(files)).await.unwrap();
+    let err = committer.commit(&base, again).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("changed while floe was committing"),
+        "{err}"
+    );
+
+    // Old rows read the new column as NULL; old files keep their spec.
+    let got = rows(
+        &session,
+        "SELECT id, region, note FROM lake.e.t ORDER BY id",
+    )
+    .await;
+    assert_eq!(
+        got,
+        "+----+--------+-------+\n\
+         | id | region | note  |\n\
+         +----+--------+-------+\n\
+         | 1  | eu     |       |\n\
+         | 2  | us     |       |\n\
+         | 3  | eu     | hello |\n\
+         | 4  | ap     |       |\n\
+         +----+--------+-------+"
+    );
+    let specs = rows(
+        &session,
+        "SELECT spec_id, count(*) AS files, sum(record_count) AS n FROM lake.e.\"t$files\" \
+         GROUP BY spec_id ORDER BY spec_id",
+    )
+    .await;
+    assert!(specs.contains("| 0       | 1     | 2 |"), "{specs}");
+    assert!(specs.contains("| 1       | 2     | 2 |"), "{specs}");
+    let snaps = rows(
+        &session,
+        "SELECT summary['total-records'] AS total, summary['floe.job'] AS job \
+         FROM lake.e.\"t$snapshots\" ORDER BY committed_at",
+    )
+    .await;
+    assert!(snaps.contains("| 4     | test |"), "{snaps}");
+    // Partition pruning uses the new spec for the new files.
+    let eu = rows(
+        &session,
+        "SELECT count(*) AS n FROM lake.e.t WHERE region = 'eu'",
+    )
+    .await;
+    assert!(eu.contains("| 2 |"), "{eu}");
+}
