@@ -2,6 +2,7 @@
 
 pub mod commit;
 pub mod dead_letter;
+pub mod evolve;
 pub mod writer;
 
 pub use writer::TableWriter;

@@ -1,0 +1,519 @@
+//! Schema evolution: fitting a batch's columns to a table's schema, and growing the schema
+//! where the batch has more.
+//!
+//! Rules (DESIGN, "Schema inference and evolution"):
+//! - a field the table lacks becomes an optional column (in nested structs too), with a new
+//!   field id after the table's last one; a column the batch lacks reads as NULL;
+//! - int widens to long, float to double, decimal to a larger precision (same scale);
+//! - a value that fits the column losslessly is converted (an integer into a double column);
+//! - anything else is incompatible: the records go to the dead-letter table with the reason;
+//! - a column that has only NULLs in the batch creates nothing;
+//! - columns are never dropped, renamed or narrowed.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StructArray, new_null_array};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema as ArrowSchema};
+use iceberg::arrow::{arrow_type_to_type, schema_to_arrow_schema};
+use iceberg::spec::{NestedField, NestedFieldRef, PrimitiveType, Schema, StructType, Type};
+
+use crate::error::{Error, Result};
+
+/// Why a batch does not fit a table.
+pub type Incompatible = String;
+
+/// The table schema `batch` needs: `None` when `current` already takes it. Fails with the
+/// reason when a column's type cannot be widened to the batch's.
+pub fn evolve(
+    current: &Schema,
+    last_column_id: i32,
+    batch: &ArrowSchema,
+    columns: &[ArrayRef],
+) -> std::result::Result<Option<Schema>, Incompatible> {
+    let mut next_id = last_column_id;
+    let fields = merge_struct(
+        current.as_struct(),
+        &batch.fields,
+        columns,
+        &mut next_id,
+        "",
+    )?;
+    match fields {
+        None => Ok(None),
+        Some(fields) => Schema::builder()
+            .with_fields(fields)
+            .with_identifier_field_ids(current.identifier_field_ids())
+            .build()
+            .map(Some)
+            .map_err(|e| format!("the evolved schema is invalid: {e}")),
+    }
+}
+
+/// The merged fields of `table` and `batch`, or `None` when nothing changes.
+fn merge_struct(
+    table: &StructType,
+    batch: &Fields,
+    columns: &[ArrayRef],
+    next_id: &mut i32,
+    path: &str,
+) -> std::result::Result<Option<Vec<NestedFieldRef>>, Incompatible> {
+    let mut changed = false;
+    let mut out: Vec<NestedFieldRef> = Vec::new();
+    for tf in table.fields() {
+        let pos = batch.iter().position(|f| f.name() == &tf.name);
+        let Some(pos) = pos else {
+            // The batch lacks it: it reads as NULL, so it must be optional.
+            if tf.required {
+                changed = true;
+                out.push(Arc::new(NestedField::optional(
+                    tf.id,
+                    &tf.name,
+                    (*tf.field_type).clone(),
+                )));
+            } else {
+                out.push(tf.clone());
+            }
+            continue;
+        };
+        let column = &columns[pos];
+        let name = format!("{path}{}", tf.name);
+        if column.null_count() == column.len() {
+            // Only NULLs: nothing to learn about the type, but the column must be optional.
+            if tf.required {
+                changed = true;
+                out.push(Arc::new(NestedField::optional(
+                    tf.id,
+                    &tf.name,
+                    (*tf.field_type).clone(),
+                )));
+            } else {
+                out.push(tf.clone());
+            }
+            continue;
+        }
+        let merged = merge_type(
+            &tf.field_type,
+            batch[pos].data_type(),
+            column,
+            next_id,
+            &name,
+        )?;
+        let required = tf.required && column.null_count() == 0;
+        match merged {
+            None if required == tf.required => out.push(tf.clone()),
+            merged => {
+                changed = true;
+                let ty = merged.unwrap_or_else(|| (*tf.field_type).clone());
+                out.push(Arc::new(if required {
+                    NestedField::required(tf.id, &tf.name, ty)
+                } else {
+                    NestedField::optional(tf.id, &tf.name, ty)
+                }));
+            }
+        }
+    }
+    for (i, f) in batch.iter().enumerate() {
+        if table.field_by_name(f.name()).is_some() || columns[i].null_count() == columns[i].len() {
+            continue;
+        }
+        let name = format!("{path}{}", f.name());
+        let ty = new_type(f.data_type(), &columns[i], next_id, &name)?;
+        *next_id += 1;
+        let id = *next_id;
+        // New fields get their id before their children's: re-number depth-first.
+        let ty = renumber(ty, next_id);
+        changed = true;
+        out.push(Arc::new(NestedField::optional(id, f.name(), ty)));
+    }
+    Ok(changed.then_some(out))
+}
+
+/// The Iceberg type for a new column of Arrow type `t` (nested fields with placeholder ids
+/// that [`renumber`] replaces).
+fn new_type(
+    t: &DataType,
+    column: &ArrayRef,
+    next_id: &mut i32,
+    name: &str,
+) -> std::result::Result<Type, Incompatible> {
+    let _ = (column, next_id);
+    let normalized = match t {
+        DataType::Int8 | DataType::Int16 | DataType::UInt8 | DataType::UInt16 => DataType::Int32,
+        DataType::UInt32 => DataType::Int64,
+        DataType::Utf8View | DataType::LargeUtf8 => DataType::Utf8,
+        DataType::Timestamp(_, tz) => DataType::Timestamp(
+            datafusion::arrow::datatypes::TimeUnit::Microsecond,
+            tz.clone(),
+        ),
+        other => other.clone(),
+    };
+    // Give nested Arrow fields ids so the converter accepts them.
+    let with_ids = add_field_ids(&normalized, &mut 1_000_000);
+    arrow_type_to_type(&with_ids)
+        .map_err(|e| format!("column '{name}' has type {t}, which Iceberg cannot hold: {e}"))
+}
+
+fn add_field_ids(t: &DataType, next: &mut i32) -> DataType {
+    let with_id = |f: &Field, next: &mut i32| -> Field {
+        *next += 1;
+        let mut md = f.metadata().clone();
+        md.insert("PARQUET:field_id".to_string(), next.to_string());
+        Field::new(f.name(), add_field_ids(f.data_type(), next), true).with_metadata(md)
+    };
+    match t {
+        DataType::Struct(fields) => DataType::Struct(
+            fields
+                .iter()
+                .map(|f| with_id(f, next))
+                .collect::<Vec<_>>()
+                .into(),
+        ),
+        DataType::List(f) => DataType::List(Arc::new(with_id(f, next))),
+        DataType::LargeList(f) => DataType::List(Arc::new(with_id(f, next))),
+        other => other.clone(),
+    }
+}
+
+/// `ty` with every nested field id replaced by the next free id, depth first.
+fn renumber(ty: Type, next_id: &mut i32) -> Type {
+    match ty {
+        Type::Struct(s) => Type::Struct(StructType::new(
+            s.fields()
+                .iter()
+                .map(|f| {
+                    *next_id += 1;
+                    let id = *next_id;
+                    let inner = renumber((*f.field_type).clone(), next_id);
+                    Arc::new(NestedField::optional(id, &f.name, inner))
+                })
+                .collect(),
+        )),
+        Type::List(l) => {
+            *next_id += 1;
+            let id = *next_id;
+            let inner = renumber((*l.element_field.field_type).clone(), next_id);
+            Type::List(iceberg::spec::ListType::new(Arc::new(
+                NestedField::list_element(id, inner, false),
+            )))
+        }
+        other => other,
+    }
+}
+
+/// The type a column must have to take values of Arrow type `t` (`None`: as it is).
+fn merge_type(
+    current: &Type,
+    t: &DataType,
+    column: &ArrayRef,
+    next_id: &mut i32,
+    name: &str,
+) -> std::result::Result<Option<Type>, Incompatible> {
+    use PrimitiveType as P;
+    let incompatible = || {
+        format!(
+            "column '{name}' is {current} in the table, but the record has {t}: not a lossless widening"
+        )
+    };
+    match (current, t) {
+        (Type::Primitive(p), t) => {
+            let widened = match (p, t) {
+                (P::Int, DataType::Int64) => Some(P::Long),
+                (P::Float, DataType::Float64) => Some(P::Double),
+                (P::Decimal { precision, scale }, DataType::Decimal128(bp, bs))
+                    if *bs as u32 == *scale && *bp as u32 > *precision =>
+                {
+                    Some(P::Decimal {
+                        precision: *bp as u32,
+                        scale: *scale,
+                    })
+                }
+                _ => None,
+            };
+            if let Some(w) = widened {
+                return Ok(Some(Type::Primitive(w)));
+            }
+            if fits(p, t) {
+                Ok(None)
+            } else {
+                Err(incompatible())
+            }
+        }
+        (Type::Struct(s), DataType::Struct(fields)) => {
+            let Some(arr) = column.as_any().downcast_ref::<StructArray>() else {
+                return Err(incompatible());
+            };
+            let merged = merge_struct(s, fields, arr.columns(), next_id, &format!("{name}."))?;
+            Ok(merged.map(|f| Type::Struct(StructType::new(f))))
+        }
+        (Type::List(_), DataType::List(_) | DataType::LargeList(_)) => {
+            // Element evolution is not done yet: the element type must convert as it is.
+            Ok(None)
+        }
+        _ => Err(incompatible()),
+    }
+}
+
+/// Whether values of Arrow type `t` go into a column of `p` without loss.
+fn fits(p: &PrimitiveType, t: &DataType) -> bool {
+    use PrimitiveType as P;
+    matches!(
+        (p, t),
+        (P::Boolean, DataType::Boolean)
+            | (
+                P::Int,
+                DataType::Int8
+                    | DataType::Int16
+                    | DataType::Int32
+                    | DataType::UInt8
+                    | DataType::UInt16
+            )
+            | (
+                P::Long,
+                DataType::Int8
+                    | DataType::Int16
+                    | DataType::Int32
+                    | DataType::Int64
+                    | DataType::UInt8
+                    | DataType::UInt16
+                    | DataType::UInt32
+            )
+            | (P::Float, DataType::Float16 | DataType::Float32)
+            | (
+                P::Double,
+                DataType::Float16
+                    | DataType::Float32
+                    | DataType::Float64
+                    | DataType::Int8
+                    | DataType::Int16
+                    | DataType::Int32
+            )
+            | (
+                P::String,
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+            )
+            | (
+                P::Binary,
+                DataType::Binary | DataType::LargeBinary | DataType::BinaryView
+            )
+            | (P::Date, DataType::Date32)
+            | (P::Timestamp | P::TimestampNs, DataType::Timestamp(_, None))
+            | (
+                P::Timestamptz | P::TimestamptzNs,
+                DataType::Timestamp(_, Some(_))
+            )
+            | (P::Time, DataType::Time64(_) | DataType::Time32(_))
+            | (P::Decimal { .. }, DataType::Decimal128(_, _))
+            | (P::Uuid | P::Fixed(_), DataType::FixedSizeBinary(_))
+    )
+}
+
+/// `batch`'s rows in `table`'s columns: matched by name, missing ones NULL, types converted.
+/// Call after [`evolve`] made the table take every column of the batch.
+pub fn conform(table: &Schema, batch: &RecordBatch) -> Result<RecordBatch> {
+    let arrow = Arc::new(schema_to_arrow_schema(table)?);
+    let columns = arrow
+        .fields()
+        .iter()
+        .map(|f| {
+            conform_column(
+                f,
+                batch.schema().fields(),
+                batch.columns(),
+                batch.num_rows(),
+            )
+        })
+        .collect::<Result<Vec<_>>>()?;
+    RecordBatch::try_new(arrow, columns)
+        .map_err(|e| Error::Plan(format!("rows do not fit the table: {e}")))
+}
+
+fn conform_column(
+    target: &Field,
+    fields: &Fields,
+    columns: &[ArrayRef],
+    rows: usize,
+) -> Result<ArrayRef> {
+    let Some(pos) = fields.iter().position(|f| f.name() == target.name()) else {
+        return Ok(new_null_array(target.data_type(), rows));
+    };
+    let column = &columns[pos];
+    match (
+        target.data_type(),
+        column.as_any().downcast_ref::<StructArray>(),
+    ) {
+        (DataType::Struct(children), Some(s)) => {
+            let arrays = children
+                .iter()
+                .map(|c| conform_column(c, s.fields(), s.columns(), rows))
+                .collect::<Result<Vec<_>>>()?;
+            Ok(Arc::new(
+                StructArray::try_new(children.clone(), arrays, s.nulls().cloned())
+                    .map_err(|e| Error::Plan(format!("struct column '{}': {e}", target.name())))?,
+            ))
+        }
+        _ if column.data_type() == target.data_type() => Ok(column.clone()),
+        _ => cast(column, target.data_type()).map_err(|e| {
+            Error::Plan(format!(
+                "column '{}' ({}) cannot be written as {}: {e}",
+                target.name(),
+                column.data_type(),
+                target.data_type()
+            ))
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::{Float64Array, Int32Array, Int64Array, StringArray};
+
+    use super::*;
+
+    fn table() -> Schema {
+        Schema::builder()
+            .with_fields(vec![
+                NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+                NestedField::optional(2, "n", Type::Primitive(PrimitiveType::Int)).into(),
+                NestedField::optional(3, "x", Type::Primitive(PrimitiveType::Double)).into(),
+            ])
+            .build()
+            .unwrap()
+    }
+
+    fn batch(cols: Vec<(&str, ArrayRef)>) -> RecordBatch {
+        let fields: Vec<Field> = cols
+            .iter()
+            .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
+            .collect();
+        RecordBatch::try_new(
+            Arc::new(ArrowSchema::new(fields)),
+            cols.into_iter().map(|(_, a)| a).collect(),
+        )
+        .unwrap()
+    }
+
+    fn run(b: &RecordBatch) -> std::result::Result<Option<Schema>, Incompatible> {
+        evolve(&table(), 3, b.schema().as_ref(), b.columns())
+    }
+
+    #[test]
+    fn the_same_columns_change_nothing() {
+        let b = batch(vec![("id", Arc::new(Int64Array::from(vec![1])))]);
+        let evolved = run(&b).unwrap();
+        // `n` and `x` are missing but already optional; `id` has no NULLs.
+        assert!(evolved.is_none());
+    }
+
+    #[test]
+    fn new_columns_are_optional_with_new_ids() {
+        let b = batch(vec![
+            ("id", Arc::new(Int64Array::from(vec![1]))),
+            ("tag", Arc::new(StringArray::from(vec!["a"]))),
+        ]);
+        let s = run(&b).unwrap().unwrap();
+        let tag = s.field_by_name("tag").unwrap();
+        assert_eq!(tag.id, 4);
+        assert!(!tag.required);
+        assert_eq!(s.field_by_name("id").unwrap().id, 1);
+    }
+
+    #[test]
+    fn only_nulls_create_no_column() {
+        let b = batch(vec![
+            ("id", Arc::new(Int64Array::from(vec![1]))),
+            ("ghost", Arc::new(StringArray::from(vec![None::<&str>]))),
+        ]);
+        assert!(run(&b).unwrap().is_none());
+    }
+
+    #[test]
+    fn int_widens_to_long_and_integers_fit_doubles() {
+        let b = batch(vec![
+            ("id", Arc::new(Int64Array::from(vec![1]))),
+            ("n", Arc::new(Int64Array::from(vec![5_000_000_000]))),
+            ("x", Arc::new(Int32Array::from(vec![3]))),
+        ]);
+        let s = run(&b).unwrap().unwrap();
+        assert_eq!(
+            *s.field_by_name("n").unwrap().field_type,
+            Type::Primitive(PrimitiveType::Long)
+        );
+        assert_eq!(s.field_by_name("n").unwrap().id, 2, "widening keeps the id");
+    }
+
+    #[test]
+    fn narrowing_or_changing_kind_is_incompatible() {
+        let b = batch(vec![("n", Arc::new(StringArray::from(vec!["ten"])))]);
+        let err = run(&b).unwrap_err();
+        assert!(err.contains("column 'n' is int in the table"), "{err}");
+        let b = batch(vec![("id", Arc::new(Float64Array::from(vec![10.5])))]);
+        assert!(run(&b).is_err(), "10.5 does not go into a long column");
+    }
+
+    #[test]
+    fn a_null_in_a_required_column_makes_it_optional() {
+        let b = batch(vec![(
+            "id",
+            Arc::new(Int64Array::from(vec![Some(1), None])),
+        )]);
+        let s = run(&b).unwrap().unwrap();
+        assert!(!s.field_by_name("id").unwrap().required);
+    }
+
+    #[test]
+    fn nested_fields_are_added_inside_structs() {
+        let table = Schema::builder()
+            .with_fields(vec![
+                NestedField::optional(
+                    1,
+                    "user",
+                    Type::Struct(StructType::new(vec![
+                        NestedField::optional(2, "name", Type::Primitive(PrimitiveType::String))
+                            .into(),
+                    ])),
+                )
+                .into(),
+            ])
+            .build()
+            .unwrap();
+        let user = StructArray::from(vec![
+            (
+                Arc::new(Field::new("name", DataType::Utf8, true)),
+                Arc::new(StringArray::from(vec!["ann"])) as ArrayRef,
+            ),
+            (
+                Arc::new(Field::new("age", DataType::Int64, true)),
+                Arc::new(Int64Array::from(vec![30])) as ArrayRef,
+            ),
+        ]);
+        let b = batch(vec![("user", Arc::new(user))]);
+        let s = evolve(&table, 2, b.schema().as_ref(), b.columns())
+            .unwrap()
+            .unwrap();
+        let age = s.field_by_name("user.age").unwrap();
+        assert_eq!(age.id, 3);
+        let conformed = conform(&s, &b).unwrap();
+        assert_eq!(conformed.num_columns(), 1);
+    }
+
+    #[test]
+    fn conform_fills_missing_columns_and_converts() {
+        let b = batch(vec![
+            ("x", Arc::new(Int32Array::from(vec![3]))),
+            ("id", Arc::new(Int64Array::from(vec![7]))),
+        ]);
+        let t = Schema::builder()
+            .with_fields(table().as_struct().fields().to_vec())
+            .build()
+            .unwrap();
+        let out = conform(&t, &b).unwrap();
+        assert_eq!(out.num_columns(), 3);
+        assert_eq!(out.column(1).null_count(), 1, "n is NULL");
+        assert_eq!(
+            out.column(2).data_type(),
+            &DataType::Float64,
+            "3 became 3.0"
+        );
+    }
+}
