@@ -16,6 +16,7 @@ use iceberg::spec::{Schema as IcebergSchema, Transform};
 use iceberg::table::Table;
 use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent};
 
+use crate::catalog::commit::SqlCommitter;
 use crate::catalog::schema::{
     arrow_schema_from_columns, iceberg_schema, partition_spec, schema_from_columns, type_name,
 };
@@ -28,6 +29,7 @@ use crate::error::{Error, Result};
 use crate::sql::parser::name_parts;
 use crate::sql::statement::*;
 use crate::sql::{Options, Statement, parse_sql};
+use crate::stream::job::Destination;
 use crate::stream::watermark::{WatermarkDef, WatermarkTracker};
 use crate::stream::{ContinuousQuery, Job, JobStatus, Jobs, SourceTable, Target, sources_of};
 use datafusion::datasource::source_as_provider;
@@ -455,14 +457,29 @@ impl Session {
         let target = Target {
             catalog_name: catalog_name.clone(),
             catalog: lake.catalog().clone(),
-            ident: ident.clone(),
+            committer: self.committer(&catalog_name),
+            destination: Destination::Table(ident),
         };
+        let query = ContinuousQuery::try_new(&dml.input).await?;
+        self.launch_job(target, query).await
+    }
+
+    fn committer(&self, catalog: &str) -> Option<Arc<SqlCommitter>> {
+        self.catalogs
+            .read()
+            .ok()?
+            .get(catalog)
+            .and_then(|h| h.committer.clone())
+    }
+
+    /// Start a continuous job writing `query`'s rows to `target`; with `table.dml-sync`,
+    /// wait for it to end.
+    async fn launch_job(&self, target: Target, query: ContinuousQuery) -> Result<Output> {
         let options = self.options();
         let name = options
             .pipeline_name
             .clone()
             .unwrap_or_else(|| format!("insert-into-{target}"));
-        let query = ContinuousQuery::try_new(&dml.input).await?;
         let status = Arc::new(JobStatus::new(
             name.clone(),
             target.to_string(),

@@ -76,10 +76,11 @@ async fn schema_spec_and_data_land_in_one_commit() {
 
     let uri = handle.display_options["uri"].clone();
     let committer = SqlCommitter::connect(&uri, "lake").await.unwrap();
+    let spec_id = stage.metadata().default_partition_spec_id();
     let append = |files| EvolvingAppend {
         schema: Some(schema.clone()),
         spec: Some(spec.clone()),
-        files,
+        files: vec![(spec_id, files)],
         summary: [("floe.job".to_string(), "test".to_string())].into(),
     };
     let metadata = prepare(&base, append(files.clone())).await.unwrap();

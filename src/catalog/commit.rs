@@ -34,8 +34,9 @@ pub struct EvolvingAppend {
     pub schema: Option<Schema>,
     /// The new default partition spec, if it changes.
     pub spec: Option<UnboundPartitionSpec>,
-    /// Data files written against [`staged`]'s schema and spec.
-    pub files: Vec<DataFile>,
+    /// Data files, per id of the partition spec they were written with (the staged table's
+    /// default spec, or an older one of the table).
+    pub files: Vec<(i32, Vec<DataFile>)>,
     /// Extra snapshot summary properties.
     pub summary: HashMap<String, String>,
 }
@@ -96,16 +97,18 @@ fn evolve(
 fn summary(
     staged: &TableMetadata,
     base: &TableMetadata,
-    files: &[DataFile],
+    files: &[(i32, Vec<DataFile>)],
     extra: HashMap<String, String>,
 ) -> Summary {
     let mut collector = SnapshotSummaryCollector::default();
-    for f in files {
-        collector.add_file(
-            f,
-            staged.current_schema().clone(),
-            staged.default_partition_spec().clone(),
-        );
+    for (spec_id, group) in files {
+        let spec = staged
+            .partition_spec_by_id(*spec_id)
+            .cloned()
+            .unwrap_or_else(|| staged.default_partition_spec().clone());
+        for f in group {
+            collector.add_file(f, staged.current_schema().clone(), spec.clone());
+        }
     }
     let mut props = extra;
     props.extend(collector.build());
@@ -149,7 +152,7 @@ fn summary(
 /// Build the new metadata: `base` plus the schema/spec changes plus a snapshot appending
 /// `append.files`. Writes the manifest and manifest list; commits nothing.
 pub async fn prepare(base: &Table, append: EvolvingAppend) -> Result<TableMetadata> {
-    if append.files.is_empty() {
+    if append.files.iter().all(|(_, f)| f.is_empty()) {
         return Err(Error::Internal("an evolving append without files".into()));
     }
     let md = base.metadata();
@@ -171,26 +174,38 @@ pub async fn prepare(base: &Table, append: EvolvingAppend) -> Result<TableMetada
     let commit_id = uuid::Uuid::new_v4();
     let io = base.file_io();
     let meta_dir = format!("{}/metadata", md.location());
-    let manifest_path = format!("{meta_dir}/{commit_id}-m0.{}", DataFileFormat::Avro);
-    let mut writer = ManifestWriterBuilder::new(
-        io.new_output(&manifest_path)?,
-        Some(snapshot_id),
-        staged.current_schema().clone(),
-        staged.default_partition_spec().as_ref().clone(),
-    )
-    .build_v2_data();
     let summary = summary(&staged, md, &append.files, append.summary);
-    for f in append.files {
-        // A negative sequence number: the entry inherits the snapshot's (format v2+).
-        writer.add_file(f, -1)?;
+    let mut written = Vec::new();
+    for (n, (spec_id, files)) in append.files.into_iter().enumerate() {
+        if files.is_empty() {
+            continue;
+        }
+        let spec = staged.partition_spec_by_id(spec_id).ok_or_else(|| {
+            Error::Internal(format!(
+                "table {} has no partition spec {spec_id}",
+                base.identifier()
+            ))
+        })?;
+        let path = format!("{meta_dir}/{commit_id}-m{n}.{}", DataFileFormat::Avro);
+        let mut writer = ManifestWriterBuilder::new(
+            io.new_output(&path)?,
+            Some(snapshot_id),
+            staged.current_schema().clone(),
+            spec.as_ref().clone(),
+        )
+        .build_v2_data();
+        for f in files {
+            // A negative sequence number: the entry inherits the snapshot's (format v2+).
+            writer.add_file(f, -1)?;
+        }
+        written.push(writer.write_manifest_file().await?);
     }
-    let added = writer.write_manifest_file().await?;
     let mut manifests = Vec::new();
     if let Some(current) = md.current_snapshot() {
         let list = base.manifest_list_reader(current).load().await?;
         manifests.extend(list.entries().iter().cloned());
     }
-    manifests.push(added);
+    manifests.extend(written);
     let sequence_number = md.next_sequence_number();
     let list_path = format!(
         "{meta_dir}/snap-{snapshot_id}-0-{commit_id}.{}",

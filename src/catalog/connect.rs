@@ -25,6 +25,7 @@ use iceberg_catalog_rest::RestCatalogBuilder;
 use iceberg_catalog_sql::{SqlBindStyle, SqlCatalogBuilder};
 use iceberg_storage_opendal::OpenDalStorageFactory;
 
+use super::commit::SqlCommitter;
 use crate::error::{Error, Result};
 use crate::sql::Options;
 
@@ -39,6 +40,8 @@ pub struct CatalogHandle {
     pub catalog: Arc<dyn Catalog>,
     /// Its options as resolved, with secrets masked, for `SHOW CATALOGS`.
     pub display_options: BTreeMap<String, String>,
+    /// floe's own commit path (schema and partition evolution), where it exists.
+    pub committer: Option<Arc<SqlCommitter>>,
 }
 
 const SECRET_KEYS: [&str; 4] = [
@@ -67,6 +70,7 @@ pub async fn connect(name: &str, mut options: Options) -> Result<CatalogHandle> 
         .collect();
     let mut props: HashMap<String, String> = storage.clone().into_iter().collect();
 
+    let mut committer = None;
     let catalog: Arc<dyn Catalog> = match kind.as_str() {
         "sql" => {
             let uri = sql_uri(&options.require_str("uri")?)?;
@@ -114,6 +118,8 @@ pub async fn connect(name: &str, mut options: Options) -> Result<CatalogHandle> 
                     other => break other?,
                 }
             };
+            let uri = props.get("uri").cloned().unwrap_or_default();
+            committer = Some(Arc::new(SqlCommitter::connect(&uri, name).await?));
             Arc::new(catalog)
         }
         "rest" => {
@@ -188,6 +194,7 @@ pub async fn connect(name: &str, mut options: Options) -> Result<CatalogHandle> 
         kind,
         catalog,
         display_options,
+        committer,
     })
 }
 

@@ -240,7 +240,7 @@ pub fn partition_spec(exprs: &[Expr], schema: &Schema) -> Result<UnboundPartitio
     Ok(builder.build())
 }
 
-fn partition_field(expr: &Expr) -> Result<(String, Transform, Option<&'static str>)> {
+pub(crate) fn partition_field(expr: &Expr) -> Result<(String, Transform, Option<&'static str>)> {
     let bad = || {
         Error::Plan(format!(
             "'{expr}' is not a partition field: use a column, years(col), months(col), \

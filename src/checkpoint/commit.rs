@@ -8,11 +8,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use iceberg::spec::deserialize_data_file_from_json;
+use iceberg::spec::{Schema, UnboundPartitionSpec, deserialize_data_file_from_json};
 use iceberg::table::Table;
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 
 use super::state::PendingCommit;
+use crate::catalog::commit::{EvolvingAppend, SqlCommitter, prepare, staged};
 use crate::error::{Error, Result};
 use crate::sink::commit;
 
@@ -44,9 +45,11 @@ pub fn committed_checkpoint(table: &Table, job: &str) -> Option<u64> {
 }
 
 /// Commit `pending` as checkpoint `checkpoint` of `job`, unless the table has it already.
-/// Returns whether a snapshot was added.
+/// Returns whether a snapshot was added. Files of a table that was dropped and re-created
+/// since are not committed to the new one.
 pub async fn commit_once(
     catalog: &Arc<dyn Catalog>,
+    committer: Option<&SqlCommitter>,
     pending: &PendingCommit,
     job: &str,
     checkpoint: u64,
@@ -56,33 +59,85 @@ pub async fn commit_once(
         pending.table.clone(),
     );
     let table = catalog.load_table(&ident).await?;
+    if table.metadata().uuid().to_string() != pending.table_uuid {
+        return Ok(false);
+    }
     if committed_checkpoint(&table, job).is_some_and(|c| c >= checkpoint) {
         return Ok(false);
     }
-    let md = table.metadata();
-    let spec = md.partition_spec_by_id(pending.spec_id).ok_or_else(|| {
-        Error::Internal(format!(
-            "table {ident} has no partition spec {} for checkpoint {checkpoint}",
-            pending.spec_id
-        ))
-    })?;
-    let partition_type = spec.partition_type(md.current_schema())?;
-    let files = pending
-        .files
-        .iter()
-        .map(|json| {
-            deserialize_data_file_from_json(
-                json,
-                pending.spec_id,
-                &partition_type,
-                md.current_schema(),
-            )
-        })
-        .collect::<iceberg::Result<Vec<_>>>()?;
     let summary = HashMap::from([
         (SUMMARY_JOB.to_string(), job.to_string()),
         (SUMMARY_CHECKPOINT.to_string(), checkpoint.to_string()),
     ]);
-    commit::append(catalog, &table, files, summary).await?;
+    let schema: Option<Schema> = pending
+        .schema
+        .as_deref()
+        .map(serde_json::from_str)
+        .transpose()
+        .map_err(|e| Error::Internal(format!("schema in checkpoint {checkpoint}: {e}")))?;
+    let spec: Option<UnboundPartitionSpec> = pending
+        .spec
+        .as_deref()
+        .map(serde_json::from_str)
+        .transpose()
+        .map_err(|e| Error::Internal(format!("spec in checkpoint {checkpoint}: {e}")))?;
+    let evolves = schema.is_some() || spec.is_some();
+    if evolves
+        && let Some(base) = pending.base_schema_id
+        && table.metadata().current_schema_id() != base
+    {
+        return Err(Error::Unsupported(format!(
+            "table {ident} had its schema changed by another writer while job '{job}' \
+             evolved it; concurrent schema evolution of one table is not supported yet"
+        )));
+    }
+    let stage = staged(&table, schema.clone(), spec.clone())?;
+    let md = stage.metadata();
+    let mut groups = Vec::new();
+    for group in &pending.groups {
+        let spec_ref = md.partition_spec_by_id(group.spec_id).ok_or_else(|| {
+            Error::Internal(format!(
+                "table {ident} has no partition spec {} for checkpoint {checkpoint}",
+                group.spec_id
+            ))
+        })?;
+        let partition_type = spec_ref.partition_type(md.current_schema())?;
+        let files = group
+            .files
+            .iter()
+            .map(|json| {
+                deserialize_data_file_from_json(
+                    json,
+                    group.spec_id,
+                    &partition_type,
+                    md.current_schema(),
+                )
+            })
+            .collect::<iceberg::Result<Vec<_>>>()?;
+        groups.push((group.spec_id, files));
+    }
+    let single_default_spec = groups.len() == 1 && groups[0].0 == md.default_partition_spec_id();
+    if !evolves && single_default_spec {
+        let files = groups.pop().map(|(_, f)| f).unwrap_or_default();
+        commit::append(catalog, &table, files, summary).await?;
+        return Ok(true);
+    }
+    let committer = committer.ok_or_else(|| {
+        Error::Unsupported(format!(
+            "evolving table {ident} needs floe's own commit path, which exists for 'sql' \
+             catalogs only so far"
+        ))
+    })?;
+    let metadata = prepare(
+        &table,
+        EvolvingAppend {
+            schema,
+            spec,
+            files: groups,
+            summary,
+        },
+    )
+    .await?;
+    committer.commit(&table, metadata).await?;
     Ok(true)
 }

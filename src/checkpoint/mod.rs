@@ -15,4 +15,4 @@ pub mod commit;
 pub mod state;
 
 pub use commit::{commit_once, committed_checkpoint};
-pub use state::{CheckpointRecord, PendingCommit, StateStore};
+pub use state::{CheckpointRecord, FileGroup, PendingCommit, StateStore};

@@ -35,18 +35,37 @@ pub struct CheckpointRecord {
     pub table_uuid: Option<String>,
 }
 
-/// Data files of one table waiting for (or done with) their commit.
+/// Data files of one table waiting for (or done with) their commit, with the schema and
+/// partition-spec changes they need, committed together.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PendingCommit {
     pub catalog: String,
     pub namespace: Vec<String>,
     pub table: String,
-    /// The partition spec the files were written with.
+    /// The table the files were written for; a re-created table of the same name is not it.
+    pub table_uuid: String,
+    /// The files, per partition spec they were written with.
+    pub groups: Vec<FileGroup>,
+    /// The schema the table changes to (Iceberg JSON), when it evolves in this checkpoint.
+    #[serde(default)]
+    pub schema: Option<String>,
+    /// The partition spec the table changes to (Iceberg JSON), when it evolves.
+    #[serde(default)]
+    pub spec: Option<String>,
+    /// The schema id the evolution started from: a table whose schema another writer has
+    /// changed since is not evolved over that change.
+    #[serde(default)]
+    pub base_schema_id: Option<i32>,
+    /// Rows in the files.
+    pub rows: u64,
+}
+
+/// Data files written with one partition spec.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileGroup {
     pub spec_id: i32,
     /// Each data file as Iceberg's JSON form of a manifest entry's data file.
     pub files: Vec<String>,
-    /// Rows in the files.
-    pub rows: u64,
 }
 
 /// Where a job's checkpoint records live.

@@ -51,17 +51,21 @@ fn schema() -> Result<Schema> {
         .build()?)
 }
 
-/// The dead-letter table of `namespace`, created if missing (a concurrent creator wins
-/// harmlessly).
-pub async fn ensure_table(catalog: &Arc<dyn Catalog>, namespace: &NamespaceIdent) -> Result<Table> {
-    let ident = TableIdent::new(namespace.clone(), DEAD_LETTER_TABLE.to_string());
+/// The dead-letter table `name` of `namespace`, created if missing (a concurrent creator
+/// wins harmlessly).
+pub async fn ensure_table(
+    catalog: &Arc<dyn Catalog>,
+    namespace: &NamespaceIdent,
+    name: &str,
+) -> Result<Table> {
+    let ident = TableIdent::new(namespace.clone(), name.to_string());
     match catalog.load_table(&ident).await {
         Ok(t) => return Ok(t),
         Err(e) if e.kind() == ErrorKind::TableNotFound => {}
         Err(e) => return Err(e.into()),
     }
     let creation = TableCreation::builder()
-        .name(DEAD_LETTER_TABLE.to_string())
+        .name(name.to_string())
         .schema(schema()?)
         .build();
     match catalog.create_table(namespace, creation).await {

@@ -3,6 +3,8 @@
 pub mod commit;
 pub mod dead_letter;
 pub mod evolve;
+pub mod route;
+pub mod table_sink;
 pub mod writer;
 
 pub use writer::TableWriter;

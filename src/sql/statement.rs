@@ -300,6 +300,9 @@ impl fmt::Display for CreateSource {
                 }
                 write!(f, "{c}")?;
             }
+            if let Some(w) = &self.watermark {
+                write!(f, ", {w}")?;
+            }
             f.write_str(")")?;
         }
         fmt_with(f, &self.options)

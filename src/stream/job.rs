@@ -12,18 +12,18 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use iceberg::spec::serialize_data_file_to_json;
-use iceberg::table::Table;
-use iceberg::{Catalog, TableIdent};
+use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use tokio::sync::watch;
 
 use super::query::ContinuousQuery;
 use super::watermark::WatermarkTracker;
-use crate::checkpoint::{CheckpointRecord, PendingCommit, StateStore, commit_once};
+use crate::catalog::commit::SqlCommitter;
+use crate::checkpoint::{CheckpointRecord, StateStore, commit_once};
 use crate::connector::{Offsets, Poll, SourceReader};
 use crate::error::{Error, ErrorKind, Result};
-use crate::sink::TableWriter;
 use crate::sink::dead_letter::{self, DeadLetter};
+use crate::sink::route::{RouteOptions, RoutedSink};
+use crate::sink::table_sink::TableSink;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
 
@@ -31,16 +31,43 @@ use datafusion::arrow::compute::concat_batches;
 const POLL_ROWS: usize = 8192;
 
 /// Where a job writes.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Target {
     pub catalog_name: String,
     pub catalog: Arc<dyn Catalog>,
-    pub ident: TableIdent,
+    /// floe's own commit path, for schema and partition evolution (SQL catalogs).
+    pub committer: Option<Arc<SqlCommitter>>,
+    pub destination: Destination,
+}
+
+/// One table, or a namespace whose tables `ROUTE BY` picks per row.
+#[derive(Debug, Clone)]
+pub enum Destination {
+    Table(TableIdent),
+    Routed {
+        namespace: NamespaceIdent,
+        options: RouteOptions,
+    },
+}
+
+impl Target {
+    /// The namespace the job writes into (its dead-letter table lives there).
+    pub fn namespace(&self) -> &NamespaceIdent {
+        match &self.destination {
+            Destination::Table(t) => t.namespace(),
+            Destination::Routed { namespace, .. } => namespace,
+        }
+    }
 }
 
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{}", self.catalog_name, self.ident)
+        match &self.destination {
+            Destination::Table(t) => write!(f, "{}.{t}", self.catalog_name),
+            Destination::Routed { namespace, .. } => {
+                write!(f, "{}.{}.*", self.catalog_name, namespace.to_url_string())
+            }
+        }
     }
 }
 
@@ -139,65 +166,10 @@ pub struct Job {
     pub status: Arc<JobStatus>,
 }
 
-/// A table the job writes: the target, or its dead-letter table.
-struct TableOut {
-    catalog_name: String,
-    catalog: Arc<dyn Catalog>,
-    table: Table,
-    writer: Option<TableWriter>,
-}
-
-impl TableOut {
-    fn new(catalog_name: &str, catalog: &Arc<dyn Catalog>, table: Table) -> Self {
-        Self {
-            catalog_name: catalog_name.to_string(),
-            catalog: catalog.clone(),
-            table,
-            writer: None,
-        }
-    }
-
-    fn writer(&mut self) -> Result<&mut TableWriter> {
-        if self.writer.is_none() {
-            self.writer = Some(TableWriter::try_new(&self.table)?);
-        }
-        self.writer
-            .as_mut()
-            .ok_or_else(|| Error::Internal("writer vanished".into()))
-    }
-
-    /// Close the open files; the files to commit, if any.
-    async fn close(&mut self) -> Result<Option<PendingCommit>> {
-        let Some(w) = self.writer.take() else {
-            return Ok(None);
-        };
-        let rows = w.rows();
-        let files = w.close().await?;
-        if files.is_empty() {
-            return Ok(None);
-        }
-        let md = self.table.metadata();
-        let partition_type = md.default_partition_type().clone();
-        let format = md.format_version();
-        let files = files
-            .into_iter()
-            .map(|f| serialize_data_file_to_json(f, &partition_type, format))
-            .collect::<iceberg::Result<Vec<_>>>()?;
-        let ident = self.table.identifier();
-        Ok(Some(PendingCommit {
-            catalog: self.catalog_name.clone(),
-            namespace: ident.namespace().clone().inner(),
-            table: ident.name().to_string(),
-            spec_id: md.default_partition_spec_id(),
-            files,
-            rows,
-        }))
-    }
-
-    async fn reload(&mut self) -> Result<()> {
-        self.table = self.catalog.load_table(self.table.identifier()).await?;
-        Ok(())
-    }
+/// What a job writes its rows to.
+enum Sink {
+    Table(Box<TableSink>),
+    Routed(RoutedSink),
 }
 
 /// Whether an error is about the records (they go to the dead-letter table) rather than
@@ -211,8 +183,10 @@ struct Runner<'a> {
     readers: Vec<(String, Box<dyn SourceReader>, bool)>,
     /// Per reader, its source's watermark, if it declares one.
     watermarks: Vec<Option<WatermarkTracker>>,
-    data: TableOut,
-    dead: Option<TableOut>,
+    data: Sink,
+    dead: Option<TableSink>,
+    /// What identifies the destination across restarts (see `start`).
+    identity: String,
     checkpoint: u64,
     committed_offsets: BTreeMap<String, Offsets>,
 }
@@ -328,17 +302,30 @@ impl<'a> Runner<'a> {
         let mut checkpoint = 0;
         let mut committed_offsets = BTreeMap::new();
         let target = &job.target;
-        let table = target.catalog.load_table(&target.ident).await?;
-        let uuid = table.metadata().uuid().to_string();
+        // What identifies the destination across restarts: a table's UUID (a re-created
+        // table of the same name starts the job afresh), or a routed namespace's name.
+        let identity = match &target.destination {
+            Destination::Table(ident) => {
+                let table = target.catalog.load_table(ident).await?;
+                table.metadata().uuid().to_string()
+            }
+            Destination::Routed { .. } => target.to_string(),
+        };
         let record = job
             .store
             .load(&job.name)?
-            // A record of a dropped table of the same name: start afresh.
-            .filter(|r| r.table_uuid.as_deref() == Some(uuid.as_str()));
+            .filter(|r| r.table_uuid.as_deref() == Some(identity.as_str()));
         if let Some(record) = record {
             // Finish the commits of the last checkpoint (idempotent), then resume after it.
             for pending in &record.tables {
-                commit_once(&target.catalog, pending, &job.name, record.checkpoint).await?;
+                commit_once(
+                    &target.catalog,
+                    target.committer.as_deref(),
+                    pending,
+                    &job.name,
+                    record.checkpoint,
+                )
+                .await?;
             }
             for (name, reader, _) in &mut readers {
                 if let Some(offsets) = record.sources.get(name) {
@@ -352,14 +339,40 @@ impl<'a> Runner<'a> {
                 .checkpoint_time_ms
                 .store(record.time_ms.max(0) as u64, Ordering::Relaxed);
         }
-        let table = target.catalog.load_table(&target.ident).await?;
-        let data = TableOut::new(&target.catalog_name, &target.catalog, table);
+        let data = match &target.destination {
+            Destination::Table(ident) => {
+                let table = target.catalog.load_table(ident).await?;
+                Sink::Table(Box::new(TableSink::new(
+                    &target.catalog_name,
+                    &target.catalog,
+                    table,
+                    false,
+                    Vec::new(),
+                )))
+            }
+            Destination::Routed { namespace, options } => {
+                if !target.catalog.namespace_exists(namespace).await? {
+                    target
+                        .catalog
+                        .create_namespace(namespace, Default::default())
+                        .await?;
+                }
+                Sink::Routed(RoutedSink::new(
+                    &target.catalog_name,
+                    &target.catalog,
+                    namespace.clone(),
+                    options.clone(),
+                ))
+            }
+        };
+        let identity = identity.clone();
         Ok(Self {
             job,
             readers,
             watermarks,
             data,
             dead: None,
+            identity,
             checkpoint,
             committed_offsets,
         })
@@ -442,8 +455,38 @@ impl<'a> Runner<'a> {
         if out.num_rows() == 0 {
             return Ok(());
         }
-        let rows = out.num_rows() as u64;
-        self.data.writer()?.write(out).await?;
+        let rows = match &mut self.data {
+            Sink::Table(sink) => match sink.write(out.clone()).await? {
+                Ok(n) => n,
+                // The query casts to the table's columns: a misfit is a bug, not data.
+                Err(reason) => {
+                    return Err(Error::Internal(format!(
+                        "the query's rows do not fit the target: {reason}"
+                    )));
+                }
+            },
+            Sink::Routed(routed) => {
+                let (n, rejected) = routed.write(&out).await?;
+                let source = source.to_string();
+                let mut letters = Vec::new();
+                for r in rejected {
+                    for i in 0..r.rows.num_rows() {
+                        letters.push(DeadLetter {
+                            source: source.clone(),
+                            partition: None,
+                            offset: None,
+                            payload: row_json(&r.rows.slice(i, 1)),
+                            error: match &r.table {
+                                Some(t) => format!("table {t}: {}", r.reason),
+                                None => r.reason.clone(),
+                            },
+                        });
+                    }
+                }
+                self.dead_letter(letters).await?;
+                n
+            }
+        };
         self.job
             .status
             .records_out
@@ -459,19 +502,33 @@ impl<'a> Runner<'a> {
             Some(d) => d,
             None => {
                 let target = &self.job.target;
+                let name = match &target.destination {
+                    Destination::Routed { options, .. } => options.dead_letter_table.clone(),
+                    Destination::Table(_) => dead_letter::DEAD_LETTER_TABLE.to_string(),
+                };
                 let table =
-                    dead_letter::ensure_table(&target.catalog, target.ident.namespace()).await?;
-                self.dead
-                    .insert(TableOut::new(&target.catalog_name, &target.catalog, table))
+                    dead_letter::ensure_table(&target.catalog, target.namespace(), &name).await?;
+                self.dead.insert(TableSink::new(
+                    &target.catalog_name,
+                    &target.catalog,
+                    table,
+                    false,
+                    Vec::new(),
+                ))
             }
         };
         let batch = dead_letter::batch(
             &self.job.name,
             &self.job.target.to_string(),
             &letters,
-            &dead.table,
+            dead.table(),
         )?;
-        dead.writer()?.write(batch).await?;
+        if let Err(reason) = dead.write(batch).await? {
+            return Err(Error::Plan(format!(
+                "the dead-letter table {} cannot take dead letters: {reason}",
+                dead.table().identifier()
+            )));
+        }
         self.job
             .status
             .records_dead
@@ -487,8 +544,10 @@ impl<'a> Runner<'a> {
             .iter()
             .map(|(name, r, _)| (name.clone(), r.offsets()))
             .collect();
-        let mut tables = Vec::new();
-        tables.extend(self.data.close().await?);
+        let mut tables = match &mut self.data {
+            Sink::Table(sink) => sink.close().await?.into_iter().collect(),
+            Sink::Routed(routed) => routed.close().await?,
+        };
         if let Some(dead) = &mut self.dead {
             tables.extend(dead.close().await?);
         }
@@ -501,7 +560,7 @@ impl<'a> Runner<'a> {
             time_ms: chrono::Utc::now().timestamp_millis(),
             sources: offsets.clone(),
             tables,
-            table_uuid: Some(self.data.table.metadata().uuid().to_string()),
+            table_uuid: Some(self.identity.clone()),
         };
         self.job.store.save(&record)?;
         self.checkpoint = record.checkpoint;
@@ -509,6 +568,7 @@ impl<'a> Runner<'a> {
         for pending in &record.tables {
             commit_once(
                 &self.job.target.catalog,
+                self.job.target.committer.as_deref(),
                 pending,
                 &self.job.name,
                 record.checkpoint,
@@ -516,7 +576,10 @@ impl<'a> Runner<'a> {
             .await?;
         }
         if !record.tables.is_empty() {
-            self.data.reload().await?;
+            match &mut self.data {
+                Sink::Table(sink) => sink.reload().await?,
+                Sink::Routed(routed) => routed.reload(&record.tables).await?,
+            }
             if let Some(dead) = &mut self.dead {
                 dead.reload().await?;
             }

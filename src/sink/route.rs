@@ -1,0 +1,363 @@
+//! `ROUTE BY`: every row goes to the table its route value names, in one namespace.
+//!
+//! ```text
+//! query output + __floe_route --group rows by route--> table name (lower-cased, [a-z0-9_])
+//!     unknown table: created on first sight (its columns, the partition candidates it has)
+//!     known table:   TableSink (schema and spec evolve with the rows)
+//!     NULL or empty route, too many tables, rows a table cannot take: dead letters
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::{cast, take};
+use datafusion::arrow::datatypes::{DataType, Schema as ArrowSchema};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::parser::Parser as SqlParser;
+use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
+
+use super::table_sink::{Candidate, TableSink, spec_for};
+use crate::catalog::schema::{iceberg_schema, partition_field};
+use crate::checkpoint::PendingCommit;
+use crate::error::{Error, Result};
+use crate::sql::Options;
+
+/// The column the routed query adds with each row's route value.
+pub const ROUTE_COLUMN: &str = "__floe_route";
+
+/// The options of a routed INSERT.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteOptions {
+    pub candidates: Vec<Candidate>,
+    pub evolve: bool,
+    pub table_properties: BTreeMap<String, String>,
+    pub dead_letter_table: String,
+    pub max_tables: usize,
+}
+
+impl RouteOptions {
+    /// Read the `WITH (...)` options of a routed INSERT; unknown keys are errors.
+    pub fn try_new(mut options: Options) -> Result<Self> {
+        let candidates = match options.take_str("partition.candidates") {
+            Some(list) => parse_candidates(&list)?,
+            None => Vec::new(),
+        };
+        let evolve = match options.take_str("schema.evolution").as_deref() {
+            None | Some("on") => true,
+            Some("off") => false,
+            Some(other) => {
+                return Err(Error::Option(format!(
+                    "'schema.evolution' = '{other}': use 'on' or 'off'"
+                )));
+            }
+        };
+        let table_properties = options.take_prefixed("table.properties.");
+        let dead_letter_table = options
+            .take_str("dead-letter.table")
+            .unwrap_or_else(|| crate::sink::dead_letter::DEAD_LETTER_TABLE.to_string());
+        let max_tables = match options.take_str("route.max-tables") {
+            None => 10_000,
+            Some(v) => v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                Error::Option(format!(
+                    "'route.max-tables' must be a positive number, got '{v}'"
+                ))
+            })?,
+        };
+        options.finish()?;
+        Ok(Self {
+            candidates,
+            evolve,
+            table_properties,
+            dead_letter_table,
+            max_tables,
+        })
+    }
+}
+
+/// `'days(event_time), region, bucket(16, id)'` as candidates.
+fn parse_candidates(list: &str) -> Result<Vec<Candidate>> {
+    let exprs = SqlParser::new(&GenericDialect {})
+        .try_with_sql(list)
+        .and_then(|mut p| p.parse_comma_separated(|p| p.parse_expr()))
+        .map_err(|e| Error::Option(format!("'partition.candidates' = '{list}': {e}")))?;
+    exprs
+        .iter()
+        .map(|e| {
+            let (column, transform, suffix) = partition_field(e)?;
+            let name = match suffix {
+                None => column.clone(),
+                Some(s) => format!("{column}_{s}"),
+            };
+            Ok(Candidate {
+                column,
+                transform,
+                name,
+            })
+        })
+        .collect()
+}
+
+/// The table name for a route value: lower-cased, every character outside `[a-z0-9_]` as
+/// `_`; `None` for an empty value.
+pub fn table_name(route: &str) -> Option<String> {
+    let name: String = route
+        .chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    (!name.is_empty()).then_some(name)
+}
+
+/// Rows that could not be routed or written, with why.
+pub struct Rejected {
+    pub rows: RecordBatch,
+    pub reason: String,
+    pub table: Option<String>,
+}
+
+/// The tables one routed job writes.
+pub struct RoutedSink {
+    catalog_name: String,
+    catalog: Arc<dyn Catalog>,
+    namespace: NamespaceIdent,
+    options: RouteOptions,
+    tables: HashMap<String, TableSink>,
+}
+
+impl RoutedSink {
+    pub fn new(
+        catalog_name: &str,
+        catalog: &Arc<dyn Catalog>,
+        namespace: NamespaceIdent,
+        options: RouteOptions,
+    ) -> Self {
+        Self {
+            catalog_name: catalog_name.to_string(),
+            catalog: catalog.clone(),
+            namespace,
+            options,
+            tables: HashMap::new(),
+        }
+    }
+
+    /// The name of the dead-letter table in the namespace.
+    pub fn dead_letter_table(&self) -> &str {
+        &self.options.dead_letter_table
+    }
+
+    /// Route and write `batch` (the query's output with [`ROUTE_COLUMN`]). Returns the rows
+    /// written and the rows rejected.
+    pub async fn write(&mut self, batch: &RecordBatch) -> Result<(u64, Vec<Rejected>)> {
+        let route_at = batch
+            .schema()
+            .index_of(ROUTE_COLUMN)
+            .map_err(|_| Error::Internal(format!("routed output lacks {ROUTE_COLUMN}")))?;
+        let routes = cast(batch.column(route_at), &DataType::Utf8)
+            .map_err(|e| Error::Plan(format!("ROUTE BY value is not text: {e}")))?;
+        let routes = routes
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::StringArray>()
+            .ok_or_else(|| Error::Internal("route column is not a string array".into()))?;
+        let keep: Vec<usize> = (0..batch.num_columns())
+            .filter(|&i| i != route_at)
+            .collect();
+        let data = batch
+            .project(&keep)
+            .map_err(|e| Error::Internal(format!("dropping the route column: {e}")))?;
+        // Row indices per table, in first-seen order; unroutable rows apart.
+        let mut order: Vec<String> = Vec::new();
+        let mut groups: HashMap<String, Vec<u32>> = HashMap::new();
+        let mut unroutable = Vec::new();
+        for i in 0..routes.len() {
+            let name = (!routes.is_null(i))
+                .then(|| table_name(routes.value(i)))
+                .flatten();
+            match name {
+                Some(n) => {
+                    let rows = groups.entry(n.clone()).or_insert_with(|| {
+                        order.push(n);
+                        Vec::new()
+                    });
+                    rows.push(i as u32);
+                }
+                None => unroutable.push(i as u32),
+            }
+        }
+        let mut rejected = Vec::new();
+        if !unroutable.is_empty() {
+            rejected.push(Rejected {
+                rows: take_rows(&data, unroutable)?,
+                reason: "the ROUTE BY value is NULL or empty".to_string(),
+                table: None,
+            });
+        }
+        let mut written = 0;
+        for name in order {
+            let rows = take_rows(&data, groups.remove(&name).unwrap_or_default())?;
+            let rows = drop_all_null_columns(&rows)?;
+            if !self.tables.contains_key(&name) {
+                if self.tables.len() >= self.options.max_tables {
+                    rejected.push(Rejected {
+                        rows,
+                        reason: format!(
+                            "route.max-tables ({}) reached: table '{name}' is not created",
+                            self.options.max_tables
+                        ),
+                        table: Some(name),
+                    });
+                    continue;
+                }
+                let opener = Opener {
+                    catalog_name: self.catalog_name.clone(),
+                    catalog: self.catalog.clone(),
+                    namespace: self.namespace.clone(),
+                    options: self.options.clone(),
+                };
+                let sink = opener.open(&name, &rows).await?;
+                self.tables.insert(name.clone(), sink);
+            }
+            let Some(sink) = self.tables.get_mut(&name) else {
+                continue;
+            };
+            match sink.write(rows.clone()).await? {
+                Ok(n) => written += n,
+                Err(reason) => rejected.push(Rejected {
+                    rows,
+                    reason,
+                    table: Some(name),
+                }),
+            }
+        }
+        Ok((written, rejected))
+    }
+}
+
+/// What opening a routed table needs, apart from the sink's open writers (which must not be
+/// borrowed across the catalog calls).
+struct Opener {
+    catalog_name: String,
+    catalog: Arc<dyn Catalog>,
+    namespace: NamespaceIdent,
+    options: RouteOptions,
+}
+
+impl Opener {
+    /// The table `name`: loaded, or created from the columns of its first rows.
+    async fn open(&self, name: &str, rows: &RecordBatch) -> Result<TableSink> {
+        let ident = TableIdent::new(self.namespace.clone(), name.to_string());
+        let table = match self.catalog.load_table(&ident).await {
+            Ok(t) => t,
+            Err(e) if e.kind() == ErrorKind::TableNotFound => {
+                let schema = iceberg_schema(rows.schema().as_ref(), true)?;
+                let spec = spec_for(&schema, None, &self.options.candidates)?;
+                let creation = TableCreation::builder()
+                    .name(name.to_string())
+                    .schema(schema)
+                    .partition_spec_opt(spec)
+                    .properties(self.options.table_properties.clone())
+                    .build();
+                match self.catalog.create_table(&self.namespace, creation).await {
+                    Ok(t) => t,
+                    Err(e) if e.kind() == ErrorKind::TableAlreadyExists => {
+                        self.catalog.load_table(&ident).await?
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        };
+        Ok(TableSink::new(
+            &self.catalog_name,
+            &self.catalog,
+            table,
+            self.options.evolve,
+            self.options.candidates.clone(),
+        ))
+    }
+}
+
+impl RoutedSink {
+    /// Close every table's files: what the checkpoint commits.
+    pub async fn close(&mut self) -> Result<Vec<PendingCommit>> {
+        let mut out = Vec::new();
+        for sink in self.tables.values_mut() {
+            out.extend(sink.close().await?);
+        }
+        Ok(out)
+    }
+
+    /// After a checkpoint committed `tables`: reload them.
+    pub async fn reload(&mut self, tables: &[PendingCommit]) -> Result<()> {
+        for p in tables {
+            if let Some(sink) = self.tables.get_mut(&p.table) {
+                sink.reload().await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// How many tables the job has written.
+    pub fn table_count(&self) -> usize {
+        self.tables.len()
+    }
+}
+
+fn take_rows(batch: &RecordBatch, rows: Vec<u32>) -> Result<RecordBatch> {
+    let idx = UInt32Array::from(rows);
+    let columns = batch
+        .columns()
+        .iter()
+        .map(|c| take(c.as_ref(), &idx, None))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| Error::Internal(format!("splitting a batch by route: {e}")))?;
+    RecordBatch::try_new(batch.schema(), columns)
+        .map_err(|e| Error::Internal(format!("splitting a batch by route: {e}")))
+}
+
+/// A table's rows without the columns that are NULL in every row: a field its records did
+/// not carry creates no column.
+fn drop_all_null_columns(batch: &RecordBatch) -> Result<RecordBatch> {
+    let keep: Vec<usize> = (0..batch.num_columns())
+        .filter(|&i| batch.column(i).null_count() < batch.num_rows())
+        .collect();
+    if keep.len() == batch.num_columns() {
+        return Ok(batch.clone());
+    }
+    let fields: Vec<_> = keep
+        .iter()
+        .map(|&i| batch.schema().field(i).clone())
+        .collect();
+    RecordBatch::try_new(
+        Arc::new(ArrowSchema::new(fields)),
+        keep.iter().map(|&i| batch.column(i).clone()).collect(),
+    )
+    .map_err(|e| Error::Internal(format!("dropping NULL columns: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_values_become_table_names() {
+        assert_eq!(table_name("Order").as_deref(), Some("order"));
+        assert_eq!(table_name("page-view").as_deref(), Some("page_view"));
+        assert_eq!(table_name("a.b c/é").as_deref(), Some("a_b_c__"));
+        assert_eq!(table_name(""), None);
+    }
+
+    #[test]
+    fn candidates_parse() {
+        let c = parse_candidates("days(event_time), region, bucket(16, id)").unwrap();
+        let names: Vec<&str> = c.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, vec!["event_time_day", "region", "id_bucket"]);
+        assert!(parse_candidates("weeks(x)").is_err());
+    }
+}
