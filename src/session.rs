@@ -26,6 +26,7 @@ use crate::checkpoint::StateStore;
 use crate::config::{FloeOptions, qualify_setting};
 use crate::connector::{SourceDef, SourceRef};
 use crate::error::{Error, Result};
+use crate::sink::route::{ROUTE_COLUMN, RouteOptions};
 use crate::sql::parser::name_parts;
 use crate::sql::statement::*;
 use crate::sql::{Options, Statement, parse_sql};
@@ -253,6 +254,7 @@ impl Session {
             Statement::ShowSources => self.show_sources(),
             Statement::DescribeSource(s) => self.describe_source(s),
             Statement::ShowJobs => self.show_jobs(),
+            Statement::RoutedInsert(s) => self.routed_insert(*s).await,
             Statement::StopJob(s) => {
                 let state = self.jobs.stop(&s.name).await?;
                 Ok(Output::Done(format!("job '{}' {state}", s.name)))
@@ -461,6 +463,41 @@ impl Session {
             destination: Destination::Table(ident),
         };
         let query = ContinuousQuery::try_new(&dml.input).await?;
+        self.launch_job(target, query).await
+    }
+
+    /// `INSERT INTO ns SELECT ... ROUTE BY expr`: a continuous job routing each row to a
+    /// table of `ns`.
+    async fn routed_insert(&self, s: RoutedInsert) -> Result<Output> {
+        let (catalog_name, namespace) = self.namespace_name(&s.namespace)?;
+        let catalog = self.iceberg(&catalog_name)?;
+        let options = Options::try_new(
+            format!("INSERT INTO {} ... ROUTE BY", s.namespace),
+            s.options,
+        )?;
+        let options = RouteOptions::try_new(options)?;
+        let sql = format!(
+            "SELECT *, {} AS {ROUTE_COLUMN} FROM ({}) AS __floe_routed",
+            s.route, s.query
+        );
+        let stmt = DFParserBuilder::new(sql.as_str())
+            .build()?
+            .parse_statement()?;
+        let plan = self.ctx.state().statement_to_plan(stmt).await?;
+        if sources_of(&plan).is_empty() {
+            return Err(Error::Plan(
+                "ROUTE BY runs as a continuous job: its SELECT must read a source (CREATE \
+                 SOURCE); to copy a table, INSERT INTO each target table"
+                    .to_string(),
+            ));
+        }
+        let query = ContinuousQuery::try_new(&plan).await?;
+        let target = Target {
+            catalog_name: catalog_name.clone(),
+            catalog,
+            committer: self.committer(&catalog_name),
+            destination: Destination::Routed { namespace, options },
+        };
         self.launch_job(target, query).await
     }
 

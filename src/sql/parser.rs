@@ -100,7 +100,104 @@ fn is_blank(t: &Token) -> bool {
     matches!(t, Token::Whitespace(_) | Token::EOF)
 }
 
+/// Where a top-level `ROUTE BY` starts in an `INSERT`, if it has one.
+fn route_by_at(tokens: &[TokenWithSpan]) -> Option<usize> {
+    let solid: Vec<usize> = (0..tokens.len())
+        .filter(|&i| !is_blank(&tokens[i].token))
+        .collect();
+    let word = |i: usize| match &tokens[i].token {
+        Token::Word(w) if w.quote_style.is_none() => Some(w.value.to_ascii_uppercase()),
+        _ => None,
+    };
+    if word(*solid.first()?).as_deref() != Some("INSERT") {
+        return None;
+    }
+    let mut depth = 0i32;
+    for (k, &i) in solid.iter().enumerate() {
+        match tokens[i].token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            _ => {}
+        }
+        if depth == 0
+            && word(i).as_deref() == Some("ROUTE")
+            && solid.get(k + 1).and_then(|&j| word(j)).as_deref() == Some("BY")
+        {
+            return Some(i);
+        }
+    }
+    None
+}
+
+/// `INSERT INTO ns SELECT ... ROUTE BY expr [WITH (...)]`.
+fn parse_routed_insert(tokens: Vec<TokenWithSpan>, at: usize) -> Result<Statement> {
+    let (insert, rest) = tokens.split_at(at);
+    let Statement::DataFusion(df) = parse_tokens(insert.to_vec())? else {
+        return Err(Error::Syntax(
+            "ROUTE BY follows INSERT INTO ... SELECT ...".into(),
+        ));
+    };
+    let (namespace, query) = match *df {
+        DFStatement::Statement(s) => match *s {
+            datafusion::sql::sqlparser::ast::Statement::Insert(insert) => {
+                let datafusion::sql::sqlparser::ast::TableObject::TableName(name) = insert.table
+                else {
+                    return Err(Error::Syntax(
+                        "ROUTE BY needs INSERT INTO catalog.namespace".into(),
+                    ));
+                };
+                if !insert.columns.is_empty() {
+                    return Err(Error::Syntax(
+                        "a routed INSERT takes no column list: the rows' columns name the \
+                         tables' columns"
+                            .into(),
+                    ));
+                }
+                let query = insert.source.ok_or_else(|| {
+                    Error::Syntax("ROUTE BY needs INSERT INTO ... SELECT ...".into())
+                })?;
+                (name, query)
+            }
+            _ => {
+                return Err(Error::Syntax(
+                    "ROUTE BY follows INSERT INTO ... SELECT ...".into(),
+                ));
+            }
+        },
+        _ => {
+            return Err(Error::Syntax(
+                "ROUTE BY follows INSERT INTO ... SELECT ...".into(),
+            ));
+        }
+    };
+    let df = DFParserBuilder::new(rest.to_vec())
+        .with_dialect(&DIALECT)
+        .build()?;
+    let mut parser = Parser { df };
+    parser.skip(2);
+    let route = parser.df.parser.parse_expr()?;
+    let options = parser.parse_with_options()?;
+    let _ = parser.df.parser.consume_token(&Token::SemiColon);
+    let next = parser.df.parser.peek_token();
+    if next.token != Token::EOF {
+        return Err(Error::Syntax(format!(
+            "unexpected '{}' after ROUTE BY {route}: expected WITH (...) or the end of the \
+             statement",
+            next.token
+        )));
+    }
+    Ok(Statement::RoutedInsert(Box::new(RoutedInsert {
+        namespace,
+        query,
+        route,
+        options,
+    })))
+}
+
 fn parse_tokens(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
+    if let Some(at) = route_by_at(&tokens) {
+        return parse_routed_insert(tokens, at);
+    }
     let (tokens, marks) = extract_time_travel(tokens)?;
     let df = DFParserBuilder::new(tokens)
         .with_dialect(&DIALECT)
@@ -690,6 +787,9 @@ mod tests {
             "DESCRIBE SOURCE s",
             "SHOW JOBS",
             "STOP JOB 'orders-to-lake'",
+            "INSERT INTO lake.analytics SELECT * FROM events ROUTE BY event_type",
+            "INSERT INTO lake.a SELECT *, CAST(ts AS DATE) AS d FROM e WHERE x > 1 \
+             ROUTE BY lower(kind) WITH ('partition.candidates' = 'd, region')",
         ] {
             round_trip(sql);
         }

@@ -31,6 +31,31 @@ pub enum Statement {
     DescribeSource(DescribeSource),
     ShowJobs,
     StopJob(StopJob),
+    RoutedInsert(Box<RoutedInsert>),
+}
+
+/// ```text
+/// INSERT INTO catalog.namespace SELECT ... FROM source ...
+///     ROUTE BY expression [WITH ('partition.candidates' = '...', 'schema.evolution' = 'on', ...)]
+/// ```
+/// A continuous job sending each row to the table `expression` names in the namespace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoutedInsert {
+    pub namespace: ObjectName,
+    pub query: Box<Query>,
+    pub route: Expr,
+    pub options: OptionList,
+}
+
+impl fmt::Display for RoutedInsert {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "INSERT INTO {} {} ROUTE BY {}",
+            self.namespace, self.query, self.route
+        )?;
+        fmt_with(f, &self.options)
+    }
 }
 
 /// A `WITH (...)` clause as written: ordered `(key, value)` pairs.
@@ -373,6 +398,7 @@ impl fmt::Display for Statement {
             Statement::DescribeSource(s) => write!(f, "{s}"),
             Statement::ShowJobs => f.write_str("SHOW JOBS"),
             Statement::StopJob(s) => write!(f, "{s}"),
+            Statement::RoutedInsert(s) => write!(f, "{s}"),
         }
     }
 }
