@@ -30,8 +30,53 @@ fn script(interval: &str) -> String {
     )
 }
 
+/// A routed job over drifting events: schemas and partition specs evolve within checkpoints.
+fn routed_script(interval: &str) -> String {
+    format!(
+        "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql', \
+           'uri' = 'sqlite:lake/catalog.db', 'warehouse' = 'lake/warehouse');
+         CREATE SOURCE events WITH ('connector' = 'datagen', 'profile' = 'events',
+           'number-of-rows' = '{ROWS}', 'events.drift-at' = '{}', 'rows-per-second' = '60000',
+           'seed' = '9');
+         SET 'pipeline.name' = 'golden-routed';
+         SET 'checkpoint.interval' = '{interval}';
+         INSERT INTO lake.analytics SELECT *, CAST(event_time AS DATE) AS event_date FROM events
+         ROUTE BY event_type WITH ('partition.candidates' = 'region, truncate(4, user_agent)');",
+        ROWS / 2
+    )
+}
+
 fn floe() -> Command {
     Command::new(env!("CARGO_BIN_EXE_floe"))
+}
+
+/// The routed tables' contents, summarised.
+fn routed_summary(dir: &Path) -> String {
+    let out = floe()
+        .current_dir(dir)
+        .args([
+            "-q",
+            "--format",
+            "csv",
+            "-c",
+            "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql', \
+             'uri' = 'sqlite:lake/catalog.db', 'warehouse' = 'lake/warehouse')",
+            "-c",
+            "SELECT 'order' AS t, count(*) AS n, count(DISTINCT event_id) AS ids, \
+               sum(event_id) AS s, count(amount) AS extra FROM lake.analytics.\"order\"
+             UNION ALL SELECT 'page_view', count(*), count(DISTINCT event_id), sum(event_id),
+               count(user_agent) FROM lake.analytics.page_view
+             UNION ALL SELECT 'interaction', count(*), count(DISTINCT event_id), sum(event_id),
+               count(element) FROM lake.analytics.interaction ORDER BY t",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The table's contents, summarised so that any lost or duplicated row shows.
@@ -61,7 +106,11 @@ fn summary(dir: &Path) -> String {
 }
 
 fn run_to_end(dir: &Path, interval: &str) {
-    std::fs::write(dir.join("job.sql"), script(interval)).unwrap();
+    run_script_to_end(dir, &script(interval));
+}
+
+fn run_script_to_end(dir: &Path, script: &str) {
+    std::fs::write(dir.join("job.sql"), script).unwrap();
     let out = floe()
         .current_dir(dir)
         .args(["-q", "-f", "job.sql"])
@@ -86,19 +135,10 @@ impl Rng {
     }
 }
 
-#[test]
-fn a_job_killed_and_restarted_gives_the_same_rows() {
-    let straight = tempfile::tempdir().unwrap();
-    run_to_end(straight.path(), "1h");
-    let expected = summary(straight.path());
-    assert!(expected.contains('\n'), "{expected}");
-
-    let frequent = tempfile::tempdir().unwrap();
-    run_to_end(frequent.path(), "50ms");
-    assert_eq!(summary(frequent.path()), expected, "frequent checkpoints");
-
-    let killed = tempfile::tempdir().unwrap();
-    std::fs::write(killed.path().join("job.sql"), script("100ms")).unwrap();
+/// Run `script` in `dir`, killing it with SIGKILL at random moments five times, then to
+/// the end. Returns how many times it was killed.
+fn kill_and_restart(dir: &Path, script: &str, max_ms: u64) -> u32 {
+    std::fs::write(dir.join("job.sql"), script).unwrap();
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -109,13 +149,13 @@ fn a_job_killed_and_restarted_gives_the_same_rows() {
     let mut kills = 0;
     for _ in 0..5 {
         let mut child = floe()
-            .current_dir(killed.path())
+            .current_dir(dir)
             .args(["-q", "-f", "job.sql"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let at = Duration::from_millis(150 + rng.next(550));
+        let at = Duration::from_millis(150 + rng.next(max_ms));
         let start = Instant::now();
         while start.elapsed() < at {
             if child.try_wait().unwrap().is_some() {
@@ -130,10 +170,54 @@ fn a_job_killed_and_restarted_gives_the_same_rows() {
         child.wait().unwrap();
     }
     eprintln!("killed {kills} times");
+    run_script_to_end(dir, script);
+    kills
+}
+
+#[test]
+fn a_job_killed_and_restarted_gives_the_same_rows() {
+    let straight = tempfile::tempdir().unwrap();
+    run_to_end(straight.path(), "1h");
+    let expected = summary(straight.path());
+    assert!(expected.contains('\n'), "{expected}");
+
+    let frequent = tempfile::tempdir().unwrap();
+    run_to_end(frequent.path(), "50ms");
+    assert_eq!(summary(frequent.path()), expected, "frequent checkpoints");
+
+    let killed = tempfile::tempdir().unwrap();
+    let kills = kill_and_restart(killed.path(), &script("100ms"), 550);
     assert!(
         kills >= 3,
         "the job ended too soon to be killed: only {kills} kills"
     );
-    run_to_end(killed.path(), "100ms");
     assert_eq!(summary(killed.path()), expected, "killed and restarted");
+}
+
+#[test]
+fn a_routed_evolving_job_killed_and_restarted_gives_the_same_tables() {
+    let straight = tempfile::tempdir().unwrap();
+    run_script_to_end(straight.path(), &routed_script("1h"));
+    let expected = routed_summary(straight.path());
+    assert_eq!(expected.lines().count(), 4, "{expected}");
+
+    let frequent = tempfile::tempdir().unwrap();
+    run_script_to_end(frequent.path(), &routed_script("50ms"));
+    assert_eq!(
+        routed_summary(frequent.path()),
+        expected,
+        "frequent checkpoints"
+    );
+
+    let killed = tempfile::tempdir().unwrap();
+    let kills = kill_and_restart(killed.path(), &routed_script("100ms"), 550);
+    assert!(
+        kills >= 3,
+        "the job ended too soon to be killed: only {kills} kills"
+    );
+    assert_eq!(
+        routed_summary(killed.path()),
+        expected,
+        "killed and restarted"
+    );
 }
