@@ -210,6 +210,27 @@ def run_lake(run_floe, lake: SqlLake) -> Callable[..., list[dict[str, Any]]]:
     return run
 
 
+@pytest.fixture
+def duck(tmp_path: Path):
+    import duckdb
+    import duckdb_extensions
+
+    # Extensions come from the duckdb-extension-* wheels; a private extension directory keeps
+    # ~/.duckdb untouched, and autoinstall off stops any attempt to download.
+    con = duckdb.connect(
+        config={
+            "extension_directory": str(tmp_path / "duckdb-ext"),
+            "autoinstall_known_extensions": False,
+        }
+    )
+    # iceberg needs avro for manifests: install and load both explicitly.
+    for ext in ("avro", "iceberg"):
+        duckdb_extensions.import_extension(ext, con=con)
+        con.execute(f"LOAD {ext}")
+    yield con
+    con.close()
+
+
 def rest_catalog_props() -> dict[str, str]:
     return {
         "uri": REST_URI,

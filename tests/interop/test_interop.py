@@ -180,27 +180,6 @@ def test_floe_partition_transforms(run_lake, lake: SqlLake, partition, source, t
 # --------------------------------------------------------------------------- (b)
 
 
-@pytest.fixture
-def duck(tmp_path: Path):
-    import duckdb
-    import duckdb_extensions
-
-    # Extensions come from the duckdb-extension-* wheels; a private extension directory keeps
-    # ~/.duckdb untouched, and autoinstall off stops any attempt to download.
-    con = duckdb.connect(
-        config={
-            "extension_directory": str(tmp_path / "duckdb-ext"),
-            "autoinstall_known_extensions": False,
-        }
-    )
-    # iceberg needs avro for manifests: install and load both explicitly.
-    for ext in ("avro", "iceberg"):
-        duckdb_extensions.import_extension(ext, con=con)
-        con.execute(f"LOAD {ext}")
-    yield con
-    con.close()
-
-
 def test_duckdb_reads_floe_table(run_lake, lake: SqlLake, duck):
     create_floe_table(run_lake)
     table = lake.pyiceberg().load_table(f"{NS}.t")

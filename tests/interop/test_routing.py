@@ -1,0 +1,113 @@
+"""ROUTE BY seen from other Iceberg implementations: the tables floe creates and evolves while
+routing are read by pyiceberg and DuckDB, also after the job was killed mid-stream."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import time
+from pathlib import Path
+
+from conftest import SqlLake
+
+ROWS = 40_000
+
+ROUTED_JOB = """
+CREATE SOURCE events WITH ('connector' = 'datagen', 'profile' = 'events',
+  'number-of-rows' = '{rows}', 'events.drift-at' = '{drift}', 'rows-per-second' = '{rate}');
+SET 'pipeline.name' = 'routed'; SET 'checkpoint.interval' = '{interval}';
+INSERT INTO {catalog}.analytics SELECT *, CAST(event_time AS DATE) AS event_date FROM events
+ROUTE BY event_type || '_events'
+WITH ('partition.candidates' = 'event_date, truncate(8, user_agent)');
+"""
+
+
+def write_job(lake: SqlLake, workdir: Path, rate: int, interval: str) -> Path:
+    workdir.mkdir(parents=True, exist_ok=True)
+    script = workdir / "job.sql"
+    script.write_text(
+        lake.ddl()
+        + ";\n"
+        + ROUTED_JOB.format(
+            rows=ROWS, drift=ROWS // 2, rate=rate, interval=interval, catalog=lake.name
+        )
+    )
+    return script
+
+
+def run_to_end(floe_bin: Path, workdir: Path, script: Path) -> None:
+    done = subprocess.run(
+        [str(floe_bin), "-q", "-f", str(script)],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"floe failed:\n{done.stdout}\n{done.stderr}"
+
+
+def check_tables(lake: SqlLake, duck) -> None:
+    catalog = lake.pyiceberg()
+    names = sorted(t[1] for t in catalog.list_tables("analytics"))
+    assert names == ["interaction_events", "order_events", "page_view_events"], names
+
+    total = 0
+    ids: set[int] = set()
+    for name in names:
+        table = catalog.load_table(f"analytics.{name}")
+        rows = table.scan().to_arrow()
+        total += rows.num_rows
+        ids.update(rows.column("event_id").to_pylist())
+        # DuckDB reads the same table (with its evolved schema and specs) the same way.
+        n = duck.execute(
+            f"SELECT count(*) FROM iceberg_scan('{table.metadata_location}')"
+        ).fetchone()[0]
+        assert n == rows.num_rows, (name, n, rows.num_rows)
+    assert total == ROWS and len(ids) == ROWS, (total, len(ids))
+
+    page_views = catalog.load_table("analytics.page_view_events")
+    schema = page_views.schema()
+    for column in ("user_agent", "scroll_depth"):
+        assert not schema.find_field(column).required, column
+    assert "element" not in [f.name for f in schema.fields], "only interactions carry element"
+    assert len(page_views.specs()) == 2, "truncate(8, user_agent) was added when it appeared"
+    rows = page_views.scan().to_arrow().to_pylist()
+    before = [r for r in rows if r["event_id"] <= ROWS // 2]
+    after = [r for r in rows if r["event_id"] > ROWS // 2]
+    assert before and all(r["user_agent"] is None for r in before)
+    assert after and all(r["user_agent"] is not None for r in after)
+    interactions = catalog.load_table("analytics.interaction_events").scan().to_arrow()
+    assert min(interactions.column("event_id").to_pylist()) > ROWS // 2
+
+
+def test_routed_tables_are_read_by_pyiceberg_and_duckdb(
+    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+):
+    workdir = tmp_path / "work"
+    script = write_job(lake, workdir, rate=200_000, interval="200ms")
+    run_to_end(floe_bin, workdir, script)
+    check_tables(lake, duck)
+
+
+def test_killed_during_evolving_checkpoints_then_restarted(
+    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+):
+    workdir = tmp_path / "work"
+    script = write_job(lake, workdir, rate=15_000, interval="100ms")
+    rng = random.Random()
+    kills = 0
+    for _ in range(4):
+        child = subprocess.Popen(
+            [str(floe_bin), "-q", "-f", str(script)],
+            cwd=workdir,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(rng.uniform(0.2, 0.7))
+        if child.poll() is None:
+            child.kill()
+            kills += 1
+        child.wait()
+    assert kills >= 3, f"the job ended before it could be killed ({kills} kills)"
+    run_to_end(floe_bin, workdir, script)
+    check_tables(lake, duck)
