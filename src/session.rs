@@ -16,7 +16,7 @@ use iceberg::spec::{Schema as IcebergSchema, Transform};
 use iceberg::table::Table;
 use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent};
 
-use crate::catalog::commit::SqlCommitter;
+use crate::catalog::commit::Committer;
 use crate::catalog::schema::{
     arrow_schema_from_columns, iceberg_schema, partition_spec, schema_from_columns, type_name,
 };
@@ -501,7 +501,7 @@ impl Session {
         self.launch_job(target, query).await
     }
 
-    fn committer(&self, catalog: &str) -> Option<Arc<SqlCommitter>> {
+    fn committer(&self, catalog: &str) -> Option<Arc<Committer>> {
         self.catalogs
             .read()
             .ok()?

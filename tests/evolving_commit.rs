@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::util::pretty::pretty_format_batches;
-use floe::catalog::commit::{EvolvingAppend, SqlCommitter, prepare, staged};
+use floe::catalog::commit::{Committer, EvolvingAppend, SqlCommitter, prepare, staged};
 use floe::sink::TableWriter;
 use floe::{Output, Session};
 use iceberg::spec::{NestedField, PrimitiveType, Schema, Transform, Type, UnboundPartitionSpec};
@@ -75,7 +75,7 @@ async fn schema_spec_and_data_land_in_one_commit() {
     assert_eq!(files.len(), 2, "one file per region");
 
     let uri = handle.display_options["uri"].clone();
-    let committer = SqlCommitter::connect(&uri, "lake").await.unwrap();
+    let committer = Committer::Sql(SqlCommitter::connect(&uri, "lake").await.unwrap());
     let spec_id = stage.metadata().default_partition_spec_id();
     let append = |files| EvolvingAppend {
         schema: Some(schema.clone()),
@@ -83,8 +83,8 @@ async fn schema_spec_and_data_land_in_one_commit() {
         files: vec![(spec_id, files)],
         summary: [("floe.job".to_string(), "test".to_string())].into(),
     };
-    let metadata = prepare(&base, append(files.clone())).await.unwrap();
-    let committed = committer.commit(&base, metadata).await.unwrap();
+    let prepared = prepare(&base, append(files.clone())).await.unwrap();
+    let committed = committer.commit(&base, prepared).await.unwrap();
     assert_eq!(
         committed
             .metadata()

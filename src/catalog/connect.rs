@@ -25,7 +25,7 @@ use iceberg_catalog_rest::RestCatalogBuilder;
 use iceberg_catalog_sql::{SqlBindStyle, SqlCatalogBuilder};
 use iceberg_storage_opendal::OpenDalStorageFactory;
 
-use super::commit::SqlCommitter;
+use super::commit::{Committer, RestCommitter, SqlCommitter};
 use crate::error::{Error, Result};
 use crate::sql::Options;
 
@@ -41,7 +41,7 @@ pub struct CatalogHandle {
     /// Its options as resolved, with secrets masked, for `SHOW CATALOGS`.
     pub display_options: BTreeMap<String, String>,
     /// floe's own commit path (schema and partition evolution), where it exists.
-    pub committer: Option<Arc<SqlCommitter>>,
+    pub committer: Option<Arc<Committer>>,
 }
 
 const SECRET_KEYS: [&str; 4] = [
@@ -119,7 +119,9 @@ pub async fn connect(name: &str, mut options: Options) -> Result<CatalogHandle> 
                 }
             };
             let uri = props.get("uri").cloned().unwrap_or_default();
-            committer = Some(Arc::new(SqlCommitter::connect(&uri, name).await?));
+            committer = Some(Arc::new(Committer::Sql(
+                SqlCommitter::connect(&uri, name).await?,
+            )));
             Arc::new(catalog)
         }
         "rest" => {
@@ -149,6 +151,9 @@ pub async fn connect(name: &str, mut options: Options) -> Result<CatalogHandle> 
                 .with_storage_factory(storage)
                 .load(name, props.clone())
                 .await?;
+            committer = Some(Arc::new(Committer::Rest(
+                RestCommitter::connect(&props).await?,
+            )));
             Arc::new(catalog)
         }
         "memory" => {

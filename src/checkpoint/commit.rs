@@ -13,7 +13,7 @@ use iceberg::table::Table;
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 
 use super::state::PendingCommit;
-use crate::catalog::commit::{EvolvingAppend, SqlCommitter, prepare, staged};
+use crate::catalog::commit::{Committer, EvolvingAppend, prepare, staged};
 use crate::error::{Error, Result};
 use crate::sink::commit;
 
@@ -49,7 +49,7 @@ pub fn committed_checkpoint(table: &Table, job: &str) -> Option<u64> {
 /// since are not committed to the new one.
 pub async fn commit_once(
     catalog: &Arc<dyn Catalog>,
-    committer: Option<&SqlCommitter>,
+    committer: Option<&Committer>,
     pending: &PendingCommit,
     job: &str,
     checkpoint: u64,
@@ -124,11 +124,11 @@ pub async fn commit_once(
     }
     let committer = committer.ok_or_else(|| {
         Error::Unsupported(format!(
-            "evolving table {ident} needs floe's own commit path, which exists for 'sql' \
-             catalogs only so far"
+            "evolving table {ident} needs floe's own commit path, which this catalog type \
+             does not have"
         ))
     })?;
-    let metadata = prepare(
+    let prepared = prepare(
         &table,
         EvolvingAppend {
             schema,
@@ -138,6 +138,6 @@ pub async fn commit_once(
         },
     )
     .await?;
-    committer.commit(&table, metadata).await?;
+    committer.commit(&table, prepared).await?;
     Ok(true)
 }

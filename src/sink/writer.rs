@@ -12,12 +12,13 @@ use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::SchemaRef;
 use iceberg::arrow::{RecordBatchPartitionSplitter, schema_to_arrow_schema};
+use iceberg::spec::PartitionKey;
 use iceberg::spec::{DataFile, DataFileFormat};
 use iceberg::table::Table;
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
 use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::file_writer::location_generator::{
-    DefaultFileNameGenerator, DefaultLocationGenerator,
+    DefaultFileNameGenerator, DefaultLocationGenerator, LocationGenerator,
 };
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::partitioning::PartitioningWriter;
@@ -27,7 +28,64 @@ use iceberg::writer::partitioning::unpartitioned_writer::UnpartitionedWriter;
 use crate::error::{Error, Result};
 
 type FileWriterBuilder =
-    DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
+    DataFileWriterBuilder<ParquetWriterBuilder, EscapedLocationGenerator, DefaultFileNameGenerator>;
+
+/// Data file locations with each partition value URL-encoded, as Iceberg's Java writers do:
+/// a value holding `/` or `?` (a truncated URL, say) stays one path segment, which object
+/// stores and other readers require.
+#[derive(Clone, Debug)]
+struct EscapedLocationGenerator {
+    data_location: String,
+}
+
+impl EscapedLocationGenerator {
+    fn new(table: &Table) -> Result<Self> {
+        // The default generator knows where data goes (write.data.path and the like).
+        let probe = DefaultLocationGenerator::new(table.metadata())?.generate_location(None, "");
+        Ok(Self {
+            data_location: probe.trim_end_matches('/').to_string(),
+        })
+    }
+}
+
+impl LocationGenerator for EscapedLocationGenerator {
+    fn generate_location(&self, key: Option<&PartitionKey>, file_name: &str) -> String {
+        let Some(key) = key.filter(|k| !PartitionKey::is_effectively_none(Some(k))) else {
+            return format!("{}/{file_name}", self.data_location);
+        };
+        let spec = key.spec();
+        let types = spec.partition_type(key.schema()).ok();
+        let segments: Vec<String> = spec
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, field)| {
+                let value = key.data()[i].as_ref();
+                let human = match &types {
+                    Some(t) => field
+                        .transform
+                        .to_human_string(&t.fields()[i].field_type, value),
+                    None => "null".to_string(),
+                };
+                format!("{}={}", escape(&field.name), escape(&human))
+            })
+            .collect();
+        format!("{}/{}/{file_name}", self.data_location, segments.join("/"))
+    }
+}
+
+/// Percent-encoding of everything but unreserved URL characters.
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
 
 enum Inner {
     Unpartitioned(Box<UnpartitionedWriter<FileWriterBuilder>>),
@@ -64,7 +122,7 @@ impl TableWriter {
             parquet,
             props.write_target_file_size_bytes,
             table.file_io().clone(),
-            DefaultLocationGenerator::new(metadata)?,
+            EscapedLocationGenerator::new(table)?,
             DefaultFileNameGenerator::new(uuid_like_prefix(), None, DataFileFormat::Parquet),
         );
         let builder = DataFileWriterBuilder::new(rolling);
@@ -166,4 +224,16 @@ fn uuid_like_prefix() -> String {
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn partition_values_are_one_path_segment() {
+        assert_eq!(escape("firefox/"), "firefox%2F");
+        assert_eq!(escape("2024-05-01"), "2024-05-01");
+        assert_eq!(escape("a b?c=d"), "a%20b%3Fc%3Dd");
+    }
 }

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 
 use super::query::ContinuousQuery;
 use super::watermark::WatermarkTracker;
-use crate::catalog::commit::SqlCommitter;
+use crate::catalog::commit::Committer;
 use crate::checkpoint::{CheckpointRecord, StateStore, commit_once};
 use crate::connector::{Offsets, Poll, SourceReader};
 use crate::error::{Error, ErrorKind, Result};
@@ -36,7 +36,7 @@ pub struct Target {
     pub catalog_name: String,
     pub catalog: Arc<dyn Catalog>,
     /// floe's own commit path, for schema and partition evolution (SQL catalogs).
-    pub committer: Option<Arc<SqlCommitter>>,
+    pub committer: Option<Arc<Committer>>,
     pub destination: Destination,
 }
 

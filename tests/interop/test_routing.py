@@ -111,3 +111,32 @@ def test_killed_during_evolving_checkpoints_then_restarted(
     assert kills >= 3, f"the job ended before it could be killed ({kills} kills)"
     run_to_end(floe_bin, workdir, script)
     check_tables(lake, duck)
+
+
+def test_routing_with_evolution_on_the_rest_catalog(floe_bin: Path, tmp_path: Path, rest_catalog_factory):
+    """The same commit path on the REST catalog (SeaweedFS): schema and spec changes and data
+    in one commit, read back by pyiceberg."""
+    import uuid
+
+    from conftest import rest_catalog_ddl, require_rest_server
+
+    require_rest_server()
+    ns = f"routed_{uuid.uuid4().hex[:10]}"
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    script = workdir / "job.sql"
+    script.write_text(
+        rest_catalog_ddl("rest")
+        + ";\n"
+        + ROUTED_JOB.format(rows=ROWS // 4, drift=ROWS // 8, rate=100_000, interval="300ms", catalog="rest")
+        .replace("rest.analytics", f"rest.{ns}")
+    )
+    run_to_end(floe_bin, workdir, script)
+    catalog = rest_catalog_factory()
+    names = sorted(t[1] for t in catalog.list_tables(ns))
+    assert names == ["interaction_events", "order_events", "page_view_events"], names
+    page_views = catalog.load_table(f"{ns}.page_view_events")
+    assert page_views.schema().find_field("user_agent") is not None
+    assert len(page_views.specs()) == 2
+    total = sum(catalog.load_table(f"{ns}.{n}").scan().to_arrow().num_rows for n in names)
+    assert total == ROWS // 4
