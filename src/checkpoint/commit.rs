@@ -44,6 +44,27 @@ pub fn committed_checkpoint(table: &Table, job: &str) -> Option<u64> {
         .max()
 }
 
+/// Tables committed at once by [`commit_all`].
+const PARALLEL_COMMITS: usize = 8;
+
+/// Commit every table of a checkpoint, several at a time (each table's commit is
+/// independent; a checkpoint of many tables would otherwise wait on each in turn).
+pub async fn commit_all(
+    catalog: &Arc<dyn Catalog>,
+    committer: Option<&Committer>,
+    tables: &[PendingCommit],
+    job: &str,
+    checkpoint: u64,
+) -> Result<()> {
+    for chunk in tables.chunks(PARALLEL_COMMITS) {
+        let commits = chunk
+            .iter()
+            .map(|p| commit_once(catalog, committer, p, job, checkpoint));
+        futures::future::try_join_all(commits).await?;
+    }
+    Ok(())
+}
+
 /// Commit `pending` as checkpoint `checkpoint` of `job`, unless the table has it already.
 /// Returns whether a snapshot was added. Files of a table that was dropped and re-created
 /// since are not committed to the new one.

@@ -14,5 +14,5 @@
 pub mod commit;
 pub mod state;
 
-pub use commit::{commit_once, committed_checkpoint};
+pub use commit::{commit_all, commit_once, committed_checkpoint};
 pub use state::{CheckpointRecord, FileGroup, PendingCommit, StateStore};

@@ -34,6 +34,8 @@ pub struct RouteOptions {
     pub table_properties: BTreeMap<String, String>,
     pub dead_letter_table: String,
     pub max_tables: usize,
+    /// Tables whose files stay open at once; the least recently written is closed first.
+    pub max_open_tables: usize,
 }
 
 impl RouteOptions {
@@ -64,6 +66,14 @@ impl RouteOptions {
                 ))
             })?,
         };
+        let max_open_tables = match options.take_str("route.max-open-tables") {
+            None => 100,
+            Some(v) => v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                Error::Option(format!(
+                    "'route.max-open-tables' must be a positive number, got '{v}'"
+                ))
+            })?,
+        };
         options.finish()?;
         Ok(Self {
             candidates,
@@ -71,6 +81,7 @@ impl RouteOptions {
             table_properties,
             dead_letter_table,
             max_tables,
+            max_open_tables,
         })
     }
 }
@@ -129,6 +140,9 @@ pub struct RoutedSink {
     namespace: NamespaceIdent,
     options: RouteOptions,
     tables: HashMap<String, TableSink>,
+    /// When each table was last written (a counter), to close the least recent.
+    last_write: HashMap<String, u64>,
+    writes: u64,
 }
 
 impl RoutedSink {
@@ -144,7 +158,37 @@ impl RoutedSink {
             namespace,
             options,
             tables: HashMap::new(),
+            last_write: HashMap::new(),
+            writes: 0,
         }
+    }
+
+    /// Close the files of the least recently written tables until fewer than the cap are
+    /// open, keeping `keep` open.
+    async fn bound_open_files(&mut self, keep: &str) -> Result<()> {
+        let open: Vec<(&String, u64)> = self
+            .tables
+            .iter()
+            .filter(|(n, t)| t.has_open_files() && n.as_str() != keep)
+            .map(|(n, _)| (n, self.last_write.get(n).copied().unwrap_or(0)))
+            .collect();
+        if open.len() < self.options.max_open_tables {
+            return Ok(());
+        }
+        let mut by_age = open;
+        by_age.sort_by_key(|(_, t)| *t);
+        let excess = by_age.len() + 1 - self.options.max_open_tables;
+        let victims: Vec<String> = by_age
+            .iter()
+            .take(excess)
+            .map(|(n, _)| (*n).clone())
+            .collect();
+        for name in victims {
+            if let Some(t) = self.tables.get_mut(&name) {
+                t.close_writer().await?;
+            }
+        }
+        Ok(())
     }
 
     /// The name of the dead-letter table in the namespace.
@@ -223,6 +267,11 @@ impl RoutedSink {
                 let sink = opener.open(&name, &rows).await?;
                 self.tables.insert(name.clone(), sink);
             }
+            if !self.tables.get(&name).is_some_and(|t| t.has_open_files()) {
+                self.bound_open_files(&name).await?;
+            }
+            self.writes += 1;
+            self.last_write.insert(name.clone(), self.writes);
             let Some(sink) = self.tables.get_mut(&name) else {
                 continue;
             };
@@ -295,10 +344,16 @@ impl RoutedSink {
 
     /// After a checkpoint committed `tables`: reload them.
     pub async fn reload(&mut self, tables: &[PendingCommit]) -> Result<()> {
-        for p in tables {
-            if let Some(sink) = self.tables.get_mut(&p.table) {
-                sink.reload().await?;
-            }
+        let committed: std::collections::HashSet<&str> =
+            tables.iter().map(|p| p.table.as_str()).collect();
+        let mut sinks: Vec<&mut TableSink> = self
+            .tables
+            .iter_mut()
+            .filter(|(name, _)| committed.contains(name.as_str()))
+            .map(|(_, sink)| sink)
+            .collect();
+        for chunk in sinks.chunks_mut(8) {
+            futures::future::try_join_all(chunk.iter_mut().map(|s| s.reload())).await?;
         }
         Ok(())
     }

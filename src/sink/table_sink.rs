@@ -196,7 +196,14 @@ impl TableSink {
         Ok(())
     }
 
-    async fn close_writer(&mut self) -> Result<()> {
+    /// Whether a writer (open files) is held.
+    pub fn has_open_files(&self) -> bool {
+        self.writer.is_some()
+    }
+
+    /// Close the open files now (they are committed at the checkpoint); the next rows open
+    /// new ones. Bounds how many files a job holds open across many tables.
+    pub async fn close_writer(&mut self) -> Result<()> {
         if let Some(w) = self.writer.take() {
             let spec_id = self.staged.metadata().default_partition_spec_id();
             self.closed

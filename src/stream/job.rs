@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use super::query::ContinuousQuery;
 use super::watermark::WatermarkTracker;
 use crate::catalog::commit::Committer;
-use crate::checkpoint::{CheckpointRecord, StateStore, commit_once};
+use crate::checkpoint::{CheckpointRecord, StateStore, commit_all};
 use crate::connector::{Offsets, Poll, SourceReader};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sink::dead_letter::{self, DeadLetter};
@@ -317,16 +317,14 @@ impl<'a> Runner<'a> {
             .filter(|r| r.table_uuid.as_deref() == Some(identity.as_str()));
         if let Some(record) = record {
             // Finish the commits of the last checkpoint (idempotent), then resume after it.
-            for pending in &record.tables {
-                commit_once(
-                    &target.catalog,
-                    target.committer.as_deref(),
-                    pending,
-                    &job.name,
-                    record.checkpoint,
-                )
-                .await?;
-            }
+            commit_all(
+                &target.catalog,
+                target.committer.as_deref(),
+                &record.tables,
+                &job.name,
+                record.checkpoint,
+            )
+            .await?;
             for (name, reader, _) in &mut readers {
                 if let Some(offsets) = record.sources.get(name) {
                     reader.seek(offsets)?;
@@ -565,16 +563,14 @@ impl<'a> Runner<'a> {
         self.job.store.save(&record)?;
         self.checkpoint = record.checkpoint;
         let commits = Instant::now();
-        for pending in &record.tables {
-            commit_once(
-                &self.job.target.catalog,
-                self.job.target.committer.as_deref(),
-                pending,
-                &self.job.name,
-                record.checkpoint,
-            )
-            .await?;
-        }
+        commit_all(
+            &self.job.target.catalog,
+            self.job.target.committer.as_deref(),
+            &record.tables,
+            &self.job.name,
+            record.checkpoint,
+        )
+        .await?;
         if !record.tables.is_empty() {
             match &mut self.data {
                 Sink::Table(sink) => sink.reload().await?,
