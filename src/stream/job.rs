@@ -169,7 +169,7 @@ pub struct Job {
 /// What a job writes its rows to.
 enum Sink {
     Table(Box<TableSink>),
-    Routed(RoutedSink),
+    Routed(Box<RoutedSink>),
 }
 
 /// Whether an error is about the records (they go to the dead-letter table) rather than
@@ -355,12 +355,12 @@ impl<'a> Runner<'a> {
                         .create_namespace(namespace, Default::default())
                         .await?;
                 }
-                Sink::Routed(RoutedSink::new(
+                Sink::Routed(Box::new(RoutedSink::new(
                     &target.catalog_name,
                     &target.catalog,
                     namespace.clone(),
                     options.clone(),
-                ))
+                )))
             }
         };
         let identity = identity.clone();
