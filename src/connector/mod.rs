@@ -10,6 +10,7 @@
 
 pub mod datagen;
 pub mod filesystem;
+pub mod kafka;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -97,6 +98,7 @@ pub struct SourceDef {
 pub enum Connector {
     Datagen(datagen::DatagenOptions),
     Filesystem(filesystem::FilesystemOptions),
+    Kafka(kafka::KafkaOptions),
 }
 
 impl SourceDef {
@@ -118,10 +120,21 @@ impl SourceDef {
                 let o = filesystem::FilesystemOptions::try_new(&schema, &mut options)?;
                 (schema, Connector::Filesystem(o))
             }
+            "kafka" => {
+                let schema = declared.ok_or_else(|| {
+                    Error::Plan(format!(
+                        "source {name}: the kafka connector needs declared columns, \
+                         e.g. CREATE SOURCE {name} (id BIGINT, kind STRING, _offset BIGINT) \
+                         WITH (...)"
+                    ))
+                })?;
+                let o = kafka::KafkaOptions::try_new(&schema, &mut options)?;
+                (schema, Connector::Kafka(o))
+            }
             other => {
                 return Err(Error::Option(format!(
-                    "source {name}: connector '{other}' is not supported; floe has 'datagen' \
-                     and 'filesystem'"
+                    "source {name}: connector '{other}' is not supported; floe has 'datagen', \
+                     'filesystem' and 'kafka'"
                 )));
             }
         };
@@ -138,6 +151,7 @@ impl SourceDef {
         match self.connector {
             Connector::Datagen(_) => "datagen",
             Connector::Filesystem(_) => "filesystem",
+            Connector::Kafka(_) => "kafka",
         }
     }
 
@@ -151,6 +165,11 @@ impl SourceDef {
                 self.schema.clone(),
                 o.clone(),
             )),
+            Connector::Kafka(o) => Box::new(kafka::KafkaReader::try_new(
+                &self.name,
+                self.schema.clone(),
+                o.clone(),
+            )?),
         })
     }
 }
