@@ -418,3 +418,71 @@ def test_a_broker_that_is_down_at_first_is_waited_for(floe_bin, tmp_path, lake):
             broker.terminate()
             broker.wait(timeout=30)
     assert sorted(r["id"] for r in table_rows(lake, "k.events", ("id",))) == list(range(10))
+
+
+def test_group_offsets_start_where_the_group_committed(kafka, run_lake, lake):
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = create_topic(kafka, 2)
+    prod = Producer(kafka)
+    for i in range(20):
+        prod.send(topic, json.dumps({"id": i}).encode(), partition=i % 2)
+    prod.flush()
+    group = f"g_{uuid.uuid4().hex[:8]}"
+    # Another consumer of the group got to offset 6 of partition 0; partition 1 has no
+    # committed offset and starts at the earliest (auto.offset.reset defaults to earliest).
+    c = Consumer({"bootstrap.servers": kafka, "group.id": group, "enable.auto.commit": False})
+    c.commit(offsets=[TopicPartition(topic, 0, 6)], asynchronous=False)
+    c.close()
+    run_lake(
+        "CREATE SCHEMA lake.k",
+        "CREATE TABLE lake.k.events (id BIGINT, p INT, o BIGINT)",
+        source_ddl(
+            topic,
+            kafka,
+            "id BIGINT, _partition INT, _offset BIGINT",
+            **{
+                "scan.startup.mode": "group-offsets",
+                "properties.group.id": group,
+                "scan.bounded.mode": "latest-offset",
+            },
+        ),
+        "SET 'table.dml-sync' = 'true'",
+        "INSERT INTO lake.k.events SELECT id, _partition, _offset FROM events",
+    )
+    rows = table_rows(lake, "k.events", ("id", "p", "o"))
+    assert sorted((r["p"], r["o"]) for r in rows) == [(0, o) for o in range(6, 10)] + [(1, o) for o in range(10)]
+
+
+def test_the_example_script_ingests_the_seeded_topic(kafka, floe_bin, tmp_path):
+    """sql/kafka.sql, as CI runs it, gives the rows the seed script produced."""
+    import shutil
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    seed = subprocess.run(
+        [sys.executable, str(root / "scripts" / "kafka-seed.py"), "--bootstrap", kafka],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert seed.returncode == 0, seed.stderr
+    work = tmp_path / "example"
+    shutil.copytree(root / "sql", work / "sql")
+    run = subprocess.run(
+        [str(floe_bin), "-q", "-f", "sql/kafka.sql"], cwd=work, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    lake = SqlLake(root=(work / "lake").resolve())
+    rows = table_rows(lake, "shop.kafka_orders", ("order_id", "customer", "amount", "ordered_at", "kafka_partition"))
+    # 1,000 orders, of which every tenth is a refund that the example filters out.
+    assert sorted(r["order_id"] for r in rows) == [i for i in range(1000) if i % 10 != 9]
+    base = dt.datetime(2024, 5, 1)
+    customers = ["ann", "bob", "cho", "dia", "eve"]
+    for r in rows:
+        i = r["order_id"]
+        assert r["customer"] == customers[i % 5] and r["kafka_partition"] == i % 3, r
+        assert r["ordered_at"] == base + dt.timedelta(minutes=5 * i), r
+        assert r["amount"] > 0
+    dead = lake.pyiceberg().load_table("shop.dead_letters").scan().to_arrow().to_pylist()
+    assert [(d["payload"], d["source_partition"]) for d in dead] == [
+        (b"order 1000: not json", "floe-example-orders:0")
+    ]
