@@ -83,6 +83,12 @@ pub trait SourceReader: Send {
 
     /// Whether this source ends on its own.
     fn is_bounded(&self) -> bool;
+
+    /// Why the source cannot be read right now (a missing topic, an unreachable server),
+    /// when it cannot: a preview that found no records reports this rather than no rows.
+    fn stalled(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A source as declared by `CREATE SOURCE`: its schema and how to read it.

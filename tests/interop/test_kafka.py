@@ -376,6 +376,10 @@ def test_a_missing_topic_fails_the_job_after_the_timeout_naming_topic_and_broker
     msg = str(e.value)
     assert f"topic 'no_such_topic_x' does not exist on {kafka}" in msg, msg
     assert "scan.error-timeout" in msg, msg
+    # A preview says why it shows nothing.
+    with pytest.raises(AssertionError) as e:
+        run_lake(source_ddl("no_such_topic_y", kafka, "id BIGINT"), "SELECT * FROM events LIMIT 1")
+    assert f"Kafka source 'events': topic 'no_such_topic_y' does not exist on {kafka}" in str(e.value)
 
 
 def test_a_broker_that_is_down_at_first_is_waited_for(floe_bin, tmp_path, lake):

@@ -11,6 +11,7 @@ use std::time::Duration;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::context::ReaderContext;
 use super::{KafkaOptions, StartupMode, TopicPartition, Topics};
 
 /// Where a partition starts.
@@ -64,7 +65,7 @@ pub fn new_partitions(
 /// List the partitions of the source's topics and decide where the new ones start.
 /// An `Err` means the broker could not be asked (the reader retries).
 pub fn discover(
-    consumer: &StreamConsumer,
+    consumer: &StreamConsumer<ReaderContext>,
     options: &KafkaOptions,
     request: &Request,
     timeout: Duration,
@@ -84,7 +85,7 @@ pub fn discover(
 
 /// The partitions of the topics, and the topics that do not exist.
 fn list(
-    consumer: &StreamConsumer,
+    consumer: &StreamConsumer<ReaderContext>,
     topics: &Topics,
     timeout: Duration,
 ) -> Result<(Vec<TopicPartition>, Vec<String>), String> {
@@ -132,7 +133,7 @@ fn list(
 /// Resolve `mode` to a start for each partition. Latest and timestamp positions come from
 /// the broker's list-offsets answers (see the README for a broker that gets them wrong).
 fn resolve(
-    consumer: &StreamConsumer,
+    consumer: &StreamConsumer<ReaderContext>,
     options: &KafkaOptions,
     mode: StartupMode,
     partitions: Vec<TopicPartition>,

@@ -28,6 +28,7 @@
 //! the pattern) are read from their earliest offset, and so are partitions a resumed job
 //! finds that its checkpoint does not know.
 
+mod context;
 mod discovery;
 mod source;
 

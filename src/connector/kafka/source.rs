@@ -32,6 +32,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::task::JoinHandle;
 
+use super::context::ReaderContext;
 use super::discovery::{self, Discovered, Request, Start};
 use super::{
     KEY_COLUMN, KafkaOptions, OFFSET_COLUMN, PARTITION_COLUMN, StartupMode, TIMESTAMP_COLUMN,
@@ -63,7 +64,7 @@ pub struct KafkaReader {
     source: String,
     schema: SchemaRef,
     options: Arc<KafkaOptions>,
-    consumer: Arc<StreamConsumer>,
+    consumer: Arc<StreamConsumer<ReaderContext>>,
     /// Every partition known, and where it goes on.
     positions: BTreeMap<TopicPartition, Start>,
     /// The partitions librdkafka fetches.
@@ -82,18 +83,19 @@ pub struct KafkaReader {
     next_discovery: Instant,
     /// Since when, and why, the source cannot be read.
     trouble: Option<(Instant, String)>,
-    /// The last error librdkafka reported while fetching.
-    fetch_error: Option<String>,
 }
 
 impl KafkaReader {
     pub fn try_new(source: &str, schema: SchemaRef, options: KafkaOptions) -> Result<Self> {
-        let consumer: StreamConsumer = options.client_config().create().map_err(|e| {
-            Error::Source(format!(
-                "Kafka source '{source}': cannot create a consumer for {}: {e}",
-                options.servers()
-            ))
-        })?;
+        let consumer: StreamConsumer<ReaderContext> = options
+            .client_config()
+            .create_with_context(ReaderContext::default())
+            .map_err(|e| {
+                Error::Source(format!(
+                    "Kafka source '{source}': cannot create a consumer for {}: {e}",
+                    options.servers()
+                ))
+            })?;
         Ok(Self {
             source: source.to_string(),
             schema,
@@ -108,7 +110,6 @@ impl KafkaReader {
             task: None,
             next_discovery: Instant::now(),
             trouble: None,
-            fetch_error: None,
         })
     }
 
@@ -141,17 +142,12 @@ impl KafkaReader {
                 self.apply(found)?;
             }
         }
-        if let Some((since, why)) = &self.trouble
+        if let Some((since, _)) = &self.trouble
             && since.elapsed() >= self.options.error_timeout
+            && let Some(why) = self.stalled()
         {
-            let fetch = self
-                .fetch_error
-                .as_ref()
-                .map(|e| format!(" (last fetch error: {e})"))
-                .unwrap_or_default();
             return Err(Error::Source(format!(
-                "Kafka source '{}': {why}, for {} s now ('scan.error-timeout'){fetch}",
-                self.source,
+                "{why}; for {} s now ('scan.error-timeout')",
                 since.elapsed().as_secs()
             )));
         }
@@ -178,6 +174,7 @@ impl KafkaReader {
         self.missing = found.missing;
         if self.missing.is_empty() {
             self.trouble = None;
+            self.consumer.context().clear();
             let every = self
                 .options
                 .discovery_interval
@@ -310,8 +307,8 @@ impl KafkaReader {
                         self.options.servers()
                     )));
                 }
-                // librdkafka retries by itself; the error is kept for the timeout message.
-                Err(e) => self.fetch_error = Some(e.to_string()),
+                // librdkafka retries by itself; the error is kept for messages.
+                Err(e) => self.consumer.context().note(e.to_string()),
             }
         }
         Ok(raw)
@@ -397,10 +394,7 @@ impl SourceReader for KafkaReader {
         if self.options.bounded && self.advance_bounded()? {
             return Ok(Poll::Finished);
         }
-        if self.assigned.is_empty() {
-            tokio::time::sleep(POLL_WAIT).await;
-            return Ok(Poll::Idle);
-        }
+        // Even with no partition assigned: receiving serves librdkafka's error events.
         let raw = self.gather(max_rows).await?;
         if raw.is_empty() {
             return Ok(Poll::Idle);
@@ -439,5 +433,21 @@ impl SourceReader for KafkaReader {
 
     fn is_bounded(&self) -> bool {
         self.options.bounded
+    }
+
+    fn stalled(&self) -> Option<String> {
+        let last = self.consumer.context().last_error();
+        let last = last
+            .map(|e| format!(" (librdkafka: {e})"))
+            .unwrap_or_default();
+        match &self.trouble {
+            Some((_, why)) => Some(format!("Kafka source '{}': {why}{last}", self.source)),
+            None if !self.listed && !last.is_empty() => Some(format!(
+                "Kafka source '{}': no answer from {} yet{last}",
+                self.source,
+                self.options.servers()
+            )),
+            None => None,
+        }
     }
 }
