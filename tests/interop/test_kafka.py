@@ -195,9 +195,11 @@ def test_records_and_metadata_land_in_iceberg_and_bad_ones_in_dead_letters(kafka
     }
     for p, v in bad.items():
         prod.send(topic, v, key=b"bad", partition=p, timestamp=BASE_MS + 1000)
+    # A good value whose key is not UTF-8, while _key is declared STRING.
+    prod.send(topic, json.dumps({"id": 99, "kind": "x"}).encode(), key=b"\xff\xfe", partition=1)
     prod.flush()
     where = {(p, o): k for p, o, k in prod.delivered}
-    bad_at = sorted((p, o) for (p, o), k in where.items() if k == b"bad")
+    bad_at = sorted((p, o) for (p, o), k in where.items() if k in (b"bad", b"\xff\xfe"))
 
     # A preview of the unbounded source: no job, just records.
     preview = run_lake(
@@ -233,10 +235,11 @@ def test_records_and_metadata_land_in_iceberg_and_bad_ones_in_dead_letters(kafka
     dead = lake.pyiceberg().load_table("k.dead_letters").scan().to_arrow().to_pylist()
     got = sorted((d["source_partition"], d["source_offset"]) for d in dead)
     assert got == [(f"{topic}:{p}", o) for p, o in bad_at], dead
-    by_partition = {d["source_partition"]: d for d in dead}
-    assert by_partition[f"{topic}:0"]["payload"] == b"not json"
-    assert "cannot decode the record" in by_partition[f"{topic}:1"]["error"]
-    assert "null payload" in by_partition[f"{topic}:2"]["error"]
+    errors = sorted((d["source_partition"], d["source_offset"], d["payload"], d["error"]) for d in dead)
+    assert errors[0][2] == b"not json" and "cannot decode the record" in errors[0][3], errors[0]
+    assert "cannot decode the record" in errors[1][3], errors[1]
+    assert "key is not UTF-8" in errors[2][3] and errors[2][2] == b'{"id": 99, "kind": "x"}', errors[2]
+    assert errors[3][2] == b"" and "null payload" in errors[3][3], errors[3]
     assert all(d["job"] == "kafka-a" and d["source"] == "events" for d in dead)
 
 
