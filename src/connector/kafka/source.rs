@@ -22,9 +22,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{
-    ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
-};
 use datafusion::arrow::datatypes::SchemaRef;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
@@ -34,11 +31,9 @@ use tokio::task::JoinHandle;
 
 use super::context::ReaderContext;
 use super::discovery::{self, Discovered, Request, Start};
-use super::{
-    KEY_COLUMN, KafkaOptions, OFFSET_COLUMN, PARTITION_COLUMN, StartupMode, TIMESTAMP_COLUMN,
-    TOPIC_COLUMN, TopicPartition, parse_offsets,
-};
-use crate::connector::{Offsets, Poll, Reject, SourceReader, with_metadata};
+use super::records::{Raw, decode};
+use super::{KafkaOptions, StartupMode, TopicPartition, parse_offsets};
+use crate::connector::{Offsets, Poll, SourceReader};
 use crate::error::{Error, Result};
 
 /// The longest a poll waits for messages.
@@ -49,15 +44,6 @@ const POLL_LINGER: Duration = Duration::from_millis(50);
 const RETRY: Duration = Duration::from_secs(1);
 /// The longest one metadata or offsets request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// One message, copied out of librdkafka.
-struct Raw {
-    tp: TopicPartition,
-    offset: i64,
-    key: Option<Vec<u8>>,
-    payload: Option<Vec<u8>>,
-    timestamp_ms: Option<i64>,
-}
 
 /// Reads one Kafka source.
 pub struct KafkaReader {
@@ -313,68 +299,6 @@ impl KafkaReader {
         }
         Ok(raw)
     }
-
-    /// Decode the payloads: good records become rows with their metadata columns, the
-    /// others rejects that say where they are.
-    fn decode(&self, raw: &[Raw]) -> Result<(RecordBatch, Vec<Reject>)> {
-        let check_key = self.schema.field_with_name(KEY_COLUMN).is_ok();
-        let mut rejects = Vec::new();
-        let mut good = Vec::with_capacity(raw.len());
-        let reject = |r: &Raw, why: String| Reject {
-            partition: r.tp.to_string(),
-            offset: u64::try_from(r.offset).unwrap_or_default(),
-            payload: r.payload.clone().unwrap_or_default(),
-            error: format!("{} offset {}: {why}", r.tp, r.offset),
-        };
-        for (i, r) in raw.iter().enumerate() {
-            match (&r.payload, &r.key) {
-                (None, _) => {
-                    rejects.push(reject(r, "the record has no value (a null payload)".into()))
-                }
-                (Some(_), Some(key)) if check_key && std::str::from_utf8(key).is_err() => rejects
-                    .push(reject(
-                        r,
-                        "the record's key is not UTF-8 text, as _key STRING needs".into(),
-                    )),
-                _ => good.push(i),
-            }
-        }
-        let records: Vec<&[u8]> = good
-            .iter()
-            .map(|&i| raw[i].payload.as_deref().unwrap_or_default())
-            .collect();
-        let decoded = self.options.decoder.decode(&records)?;
-        for (j, e) in &decoded.errors {
-            let r = &raw[good[*j]];
-            rejects.push(reject(r, format!("cannot decode the record: {e}")));
-        }
-        let rows: Vec<&Raw> = decoded.rows.iter().map(|&j| &raw[good[j]]).collect();
-        let batch = with_metadata(&self.schema, &decoded.batch, |name| {
-            Some(match name {
-                KEY_COLUMN => {
-                    Arc::new(StringArray::from_iter(rows.iter().map(|r| {
-                        r.key.as_deref().and_then(|k| std::str::from_utf8(k).ok())
-                    }))) as ArrayRef
-                }
-                PARTITION_COLUMN => Arc::new(Int32Array::from_iter_values(
-                    rows.iter().map(|r| r.tp.partition),
-                )),
-                OFFSET_COLUMN => {
-                    Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.offset)))
-                }
-                TIMESTAMP_COLUMN => Arc::new(TimestampMicrosecondArray::from_iter(
-                    rows.iter()
-                        .map(|r| r.timestamp_ms.and_then(|ms| ms.checked_mul(1000))),
-                )),
-                TOPIC_COLUMN => Arc::new(StringArray::from_iter_values(
-                    rows.iter().map(|r| r.tp.topic.as_str()),
-                )),
-                _ => return None,
-            })
-        })?;
-        rejects.sort_by(|a, b| (&a.partition, a.offset).cmp(&(&b.partition, b.offset)));
-        Ok((batch, rejects))
-    }
 }
 
 /// Add `tp` at `start` to an assignment.
@@ -399,7 +323,7 @@ impl SourceReader for KafkaReader {
         if raw.is_empty() {
             return Ok(Poll::Idle);
         }
-        let (batch, rejects) = self.decode(&raw)?;
+        let (batch, rejects) = decode(&self.schema, &self.options.decoder, &raw)?;
         Ok(Poll::Records { batch, rejects })
     }
 
