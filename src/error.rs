@@ -53,6 +53,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A system a source reads from (a Kafka broker) failed, or refused for longer than the
+    /// source waits; the message names the server and what it was asked for.
+    #[error("{0}")]
+    Source(String),
     /// The Iceberg library or a catalog behind it failed.
     #[error("Iceberg: {0}")]
     Iceberg(#[from] iceberg::Error),
@@ -75,7 +79,7 @@ impl Error {
             | Error::AlreadyExists(_)
             | Error::Unsupported(_)
             | Error::Cancelled => ErrorKind::User,
-            Error::Io { .. } => ErrorKind::External,
+            Error::Io { .. } | Error::Source(_) => ErrorKind::External,
             Error::Iceberg(e) => match e.kind() {
                 iceberg::ErrorKind::DataInvalid
                 | iceberg::ErrorKind::FeatureUnsupported

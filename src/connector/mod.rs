@@ -10,6 +10,7 @@
 
 pub mod datagen;
 pub mod filesystem;
+pub mod kafka;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -88,6 +89,12 @@ pub trait SourceReader: Send {
     fn lag(&self) -> Option<u64> {
         None
     }
+
+    /// Why the source cannot be read right now (a missing topic, an unreachable server),
+    /// when it cannot: a preview that found no records reports this rather than no rows.
+    fn stalled(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A source as declared by `CREATE SOURCE`: its schema and how to read it.
@@ -105,6 +112,7 @@ pub struct SourceDef {
 pub enum Connector {
     Datagen(datagen::DatagenOptions),
     Filesystem(filesystem::FilesystemOptions),
+    Kafka(kafka::KafkaOptions),
 }
 
 impl SourceDef {
@@ -126,10 +134,21 @@ impl SourceDef {
                 let o = filesystem::FilesystemOptions::try_new(&schema, &mut options)?;
                 (schema, Connector::Filesystem(o))
             }
+            "kafka" => {
+                let schema = declared.ok_or_else(|| {
+                    Error::Plan(format!(
+                        "source {name}: the kafka connector needs declared columns, \
+                         e.g. CREATE SOURCE {name} (id BIGINT, kind STRING, _offset BIGINT) \
+                         WITH (...)"
+                    ))
+                })?;
+                let o = kafka::KafkaOptions::try_new(&schema, &mut options)?;
+                (schema, Connector::Kafka(o))
+            }
             other => {
                 return Err(Error::Option(format!(
-                    "source {name}: connector '{other}' is not supported; floe has 'datagen' \
-                     and 'filesystem'"
+                    "source {name}: connector '{other}' is not supported; floe has 'datagen', \
+                     'filesystem' and 'kafka'"
                 )));
             }
         };
@@ -147,6 +166,7 @@ impl SourceDef {
         match self.connector {
             Connector::Datagen(_) => "datagen",
             Connector::Filesystem(_) => "filesystem",
+            Connector::Kafka(_) => "kafka",
         }
     }
 
@@ -160,6 +180,11 @@ impl SourceDef {
                 self.schema.clone(),
                 o.clone(),
             )),
+            Connector::Kafka(o) => Box::new(kafka::KafkaReader::try_new(
+                &self.name,
+                self.schema.clone(),
+                o.clone(),
+            )?),
         })
     }
 }

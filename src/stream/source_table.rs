@@ -76,8 +76,16 @@ impl TableProvider for SourceTable {
                     idle = 0;
                 }
                 Poll::Finished => break,
-                // An unbounded source with nothing more to give now: show what there is.
-                Poll::Idle if idle > 20 => break,
+                // An unbounded source with nothing more to give now: show what there is,
+                // or why there is nothing.
+                Poll::Idle if idle > 20 => {
+                    if rows == 0
+                        && let Some(why) = reader.stalled()
+                    {
+                        return Err(crate::error::Error::Source(why).into());
+                    }
+                    break;
+                }
                 Poll::Idle => {
                     idle += 1;
                     tokio::time::sleep(std::time::Duration::from_millis(10)).await;

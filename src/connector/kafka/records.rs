@@ -1,0 +1,185 @@
+//! Kafka messages into source rows: the payloads through the format's [`Decoder`], the
+//! metadata columns from the messages, and every message that cannot be a row as a
+//! [`Reject`] that says where it is (`<topic>:<partition>`, offset) and why.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
+use datafusion::arrow::datatypes::SchemaRef;
+
+use super::{
+    KEY_COLUMN, OFFSET_COLUMN, PARTITION_COLUMN, TIMESTAMP_COLUMN, TOPIC_COLUMN, TopicPartition,
+};
+use crate::connector::{Reject, with_metadata};
+use crate::error::Result;
+use crate::format::Decoder;
+
+/// One message, copied out of librdkafka.
+#[derive(Debug, Clone)]
+pub struct Raw {
+    pub tp: TopicPartition,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub payload: Option<Vec<u8>>,
+    pub timestamp_ms: Option<i64>,
+}
+
+/// Decode `raw` into rows of `schema` and rejects (sorted by partition and offset).
+pub fn decode(
+    schema: &SchemaRef,
+    decoder: &Decoder,
+    raw: &[Raw],
+) -> Result<(RecordBatch, Vec<Reject>)> {
+    let check_key = schema.field_with_name(KEY_COLUMN).is_ok();
+    let mut rejects = Vec::new();
+    let mut good = Vec::with_capacity(raw.len());
+    let reject = |r: &Raw, why: String| Reject {
+        partition: r.tp.to_string(),
+        offset: u64::try_from(r.offset).unwrap_or_default(),
+        payload: r.payload.clone().unwrap_or_default(),
+        error: format!("{} offset {}: {why}", r.tp, r.offset),
+    };
+    for (i, r) in raw.iter().enumerate() {
+        match (&r.payload, &r.key) {
+            (None, _) => rejects.push(reject(r, "the record has no value (a null payload)".into())),
+            (Some(_), Some(key)) if check_key && std::str::from_utf8(key).is_err() => {
+                let why = "the record's key is not UTF-8 text, as _key STRING needs";
+                rejects.push(reject(r, why.into()))
+            }
+            _ => good.push(i),
+        }
+    }
+    let records: Vec<&[u8]> = good
+        .iter()
+        .map(|&i| raw[i].payload.as_deref().unwrap_or_default())
+        .collect();
+    let decoded = decoder.decode(&records)?;
+    for (j, e) in &decoded.errors {
+        rejects.push(reject(
+            &raw[good[*j]],
+            format!("cannot decode the record: {e}"),
+        ));
+    }
+    let rows: Vec<&Raw> = decoded.rows.iter().map(|&j| &raw[good[j]]).collect();
+    let batch = with_metadata(schema, &decoded.batch, |name| {
+        Some(match name {
+            KEY_COLUMN => {
+                Arc::new(StringArray::from_iter(rows.iter().map(|r| {
+                    r.key.as_deref().and_then(|k| std::str::from_utf8(k).ok())
+                }))) as ArrayRef
+            }
+            PARTITION_COLUMN => Arc::new(Int32Array::from_iter_values(
+                rows.iter().map(|r| r.tp.partition),
+            )),
+            OFFSET_COLUMN => Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.offset))),
+            TIMESTAMP_COLUMN => Arc::new(TimestampMicrosecondArray::from_iter(
+                rows.iter()
+                    .map(|r| r.timestamp_ms.and_then(|ms| ms.checked_mul(1000))),
+            )),
+            TOPIC_COLUMN => Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r.tp.topic.as_str()),
+            )),
+            _ => return None,
+        })
+    })?;
+    rejects.sort_by(|a, b| (&a.partition, a.offset).cmp(&(&b.partition, b.offset)));
+    Ok((batch, rejects))
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Int64Type, Schema, TimeUnit};
+
+    use super::*;
+    use crate::connector::data_schema;
+    use crate::sql::Options;
+
+    fn raw(partition: i32, offset: i64, key: Option<&[u8]>, payload: Option<&[u8]>) -> Raw {
+        Raw {
+            tp: TopicPartition::new("t", partition),
+            offset,
+            key: key.map(<[u8]>::to_vec),
+            payload: payload.map(<[u8]>::to_vec),
+            timestamp_ms: Some(1_700_000_000_000 + offset),
+        }
+    }
+
+    #[test]
+    fn rows_carry_metadata_and_bad_messages_are_rejects_with_their_place() {
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("_key", DataType::Utf8, true),
+            Field::new("_partition", DataType::Int32, true),
+            Field::new("_offset", DataType::Int64, true),
+            Field::new(
+                "_timestamp",
+                DataType::Timestamp(TimeUnit::Microsecond, None),
+                true,
+            ),
+            Field::new("_topic", DataType::Utf8, true),
+        ]));
+        let data = data_schema(&schema, &super::super::metadata_columns()).unwrap();
+        let mut o = Options::try_new("t", []).unwrap();
+        let decoder = Decoder::try_new("json", &mut o, data).unwrap();
+        let messages = [
+            raw(0, 7, Some(b"a"), Some(br#"{"id": 1}"#)),
+            raw(0, 8, None, None),
+            raw(1, 3, Some(&[0xff]), Some(br#"{"id": 3}"#)),
+            raw(1, 4, None, Some(br#"{"id": 4}"#)),
+            raw(0, 9, Some(b"c"), Some(b"{oops")),
+        ];
+        let (batch, rejects) = decode(&schema, &decoder, &messages).unwrap();
+        assert_eq!(batch.num_rows(), 2);
+        assert_eq!(
+            batch.column(0).as_primitive::<Int64Type>().values(),
+            &[1, 4]
+        );
+        let keys: Vec<Option<&str>> = batch.column(1).as_string::<i32>().iter().collect();
+        assert_eq!(keys, vec![Some("a"), None]);
+        assert_eq!(
+            batch.column(2).as_primitive::<Int32Type>().values(),
+            &[0, 1]
+        );
+        assert_eq!(
+            batch.column(3).as_primitive::<Int64Type>().values(),
+            &[7, 4]
+        );
+        let ts = batch
+            .column(4)
+            .as_primitive::<datafusion::arrow::datatypes::TimestampMicrosecondType>();
+        assert_eq!(ts.value(0), 1_700_000_000_007_000);
+        assert_eq!(batch.column(5).as_string::<i32>().value(1), "t");
+        let places: Vec<(&str, u64)> = rejects
+            .iter()
+            .map(|r| (r.partition.as_str(), r.offset))
+            .collect();
+        assert_eq!(places, vec![("t:0", 8), ("t:0", 9), ("t:1", 3)]);
+        assert!(
+            rejects[0]
+                .error
+                .starts_with("t:0 offset 8: the record has no value")
+        );
+        assert!(rejects[1].error.contains("cannot decode the record"));
+        assert_eq!(rejects[1].payload, b"{oops");
+        assert!(rejects[2].error.contains("key is not UTF-8"));
+    }
+
+    #[test]
+    fn keys_are_not_checked_when_not_declared() {
+        let schema: SchemaRef =
+            Arc::new(Schema::new(vec![Field::new("v", DataType::Binary, true)]));
+        let mut o = Options::try_new("t", []).unwrap();
+        let decoder = Decoder::try_new("raw", &mut o, schema.clone()).unwrap();
+        let (batch, rejects) = decode(
+            &schema,
+            &decoder,
+            &[raw(0, 0, Some(&[0xff]), Some(&[1, 2]))],
+        )
+        .unwrap();
+        assert_eq!(batch.num_rows(), 1);
+        assert!(rejects.is_empty());
+    }
+}

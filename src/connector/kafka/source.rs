@@ -1,0 +1,377 @@
+//! The Kafka reader: partitions assigned directly, positions kept by floe.
+//!
+//! ```text
+//! poll:  discovery due? -> list partitions (blocking pool) -> assign new ones
+//!        gather messages (up to max_rows, ~100 ms) -> decode -> rows + rejects
+//!        positions[topic:partition] = offset + 1 of every message returned
+//! ```
+//!
+//! Every message taken from librdkafka is returned by the same poll, as a row or a reject,
+//! and the positions move with it, so the offsets are exactly what was returned. The broker
+//! being unreachable or a topic missing makes polls idle while librdkafka retries; when it
+//! lasts longer than `scan.error-timeout`, the poll fails naming the topic and the broker.
+//!
+//! A bounded reader (`scan.bounded.mode` = `latest-offset`) reads one topic at a time and
+//! finishes a partition at librdkafka's end-of-partition event, which comes from the fetch
+//! answers' high watermark. It never stops on the list-offsets high watermark (some brokers
+//! get it wrong), so it reads at least up to the end seen at start, and maybe records that
+//! arrived while it caught up.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use tokio::task::JoinHandle;
+
+use super::context::ReaderContext;
+use super::discovery::{self, Discovered, Request, Start};
+use super::records::{Raw, decode};
+use super::{KafkaOptions, StartupMode, TopicPartition, parse_offsets};
+use crate::connector::{Offsets, Poll, SourceReader};
+use crate::error::{Error, Result};
+
+/// The longest a poll waits for messages.
+const POLL_WAIT: Duration = Duration::from_millis(100);
+/// How long a poll that has messages waits for more.
+const POLL_LINGER: Duration = Duration::from_millis(50);
+/// How soon a failed or incomplete discovery is tried again.
+const RETRY: Duration = Duration::from_secs(1);
+/// The longest one metadata or offsets request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Reads one Kafka source.
+pub struct KafkaReader {
+    source: String,
+    schema: SchemaRef,
+    options: Arc<KafkaOptions>,
+    consumer: Arc<StreamConsumer<ReaderContext>>,
+    /// Every partition known, and where it goes on.
+    positions: BTreeMap<TopicPartition, Start>,
+    /// The partitions librdkafka fetches.
+    assigned: BTreeSet<TopicPartition>,
+    /// Partitions that reached their end (bounded reads only).
+    finished: BTreeSet<TopicPartition>,
+    /// Positions from `seek`: a resumed reader starts unknown partitions at the earliest.
+    resume: Option<BTreeMap<TopicPartition, i64>>,
+    /// Whether a discovery succeeded once (the startup mode applies to its partitions).
+    listed: bool,
+    /// Topics missing at the last discovery.
+    missing: Vec<String>,
+    /// The running discovery. Blocking work cannot be aborted: a reader dropped midway
+    /// leaves it to end by its request timeout.
+    task: Option<JoinHandle<Result<Discovered, String>>>,
+    next_discovery: Instant,
+    /// Since when, and why, the source cannot be read.
+    trouble: Option<(Instant, String)>,
+}
+
+impl KafkaReader {
+    pub fn try_new(source: &str, schema: SchemaRef, options: KafkaOptions) -> Result<Self> {
+        let consumer: StreamConsumer<ReaderContext> = options
+            .client_config()
+            .create_with_context(ReaderContext::default())
+            .map_err(|e| {
+                Error::Source(format!(
+                    "Kafka source '{source}': cannot create a consumer for {}: {e}",
+                    options.servers()
+                ))
+            })?;
+        Ok(Self {
+            source: source.to_string(),
+            schema,
+            options: Arc::new(options),
+            consumer: Arc::new(consumer),
+            positions: BTreeMap::new(),
+            assigned: BTreeSet::new(),
+            finished: BTreeSet::new(),
+            resume: None,
+            listed: false,
+            missing: Vec::new(),
+            task: None,
+            next_discovery: Instant::now(),
+            trouble: None,
+        })
+    }
+
+    /// Start a discovery when one is due, apply its result when it is done, and fail when
+    /// the source has been unreadable for too long.
+    async fn discover(&mut self) -> Result<()> {
+        if self.task.is_none() && Instant::now() >= self.next_discovery {
+            let request = Request {
+                known: self.positions.keys().cloned().collect(),
+                resume: self.resume.clone().unwrap_or_default(),
+                mode: match (&self.resume, self.listed) {
+                    (None, false) => self.options.startup,
+                    _ => StartupMode::Earliest,
+                },
+            };
+            let consumer = self.consumer.clone();
+            let options = self.options.clone();
+            let timeout = REQUEST_TIMEOUT.min(self.options.error_timeout.max(RETRY));
+            self.task = Some(tokio::task::spawn_blocking(move || {
+                discovery::discover(&consumer, &options, &request, timeout)
+            }));
+        }
+        if let Some(task) = &mut self.task {
+            // Wait a little (a first listing takes milliseconds), never a whole request.
+            if let Ok(done) = tokio::time::timeout(POLL_WAIT, task).await {
+                self.task = None;
+                let found = done.map_err(|e| {
+                    Error::Internal(format!("Kafka partition discovery panicked: {e}"))
+                })?;
+                self.apply(found)?;
+            }
+        }
+        if let Some((since, _)) = &self.trouble
+            && since.elapsed() >= self.options.error_timeout
+            && let Some(why) = self.stalled()
+        {
+            return Err(Error::Source(format!(
+                "{why}; for {} s now ('scan.error-timeout')",
+                since.elapsed().as_secs()
+            )));
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, found: Result<Discovered, String>) -> Result<()> {
+        let servers = self.options.servers().to_string();
+        let found = match found {
+            Ok(found) => found,
+            Err(e) => {
+                let why = format!("cannot reach the Kafka broker(s) at {servers}: {e}");
+                self.set_trouble(why);
+                self.next_discovery = Instant::now() + RETRY;
+                return Ok(());
+            }
+        };
+        // New partitions are taken from the first listing, from listings while a topic is
+        // missing, and from every listing of an unbounded reader with discovery on.
+        let may_add = !self.listed
+            || !self.missing.is_empty()
+            || (self.options.discovery_interval.is_some() && !self.options.bounded);
+        self.listed = true;
+        self.missing = found.missing;
+        if self.missing.is_empty() {
+            self.trouble = None;
+            self.consumer.context().clear();
+            let every = self
+                .options
+                .discovery_interval
+                .unwrap_or(Duration::from_secs(10));
+            self.next_discovery = Instant::now() + every;
+        } else {
+            let why = format!("{} does not exist on {servers}", self.missing.join(", "));
+            self.set_trouble(why);
+            self.next_discovery = Instant::now() + RETRY;
+        }
+        if !may_add {
+            return Ok(());
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (tp, start) in found.new {
+            if !self.options.bounded {
+                add(&mut tpl, &tp, start)?;
+                self.assigned.insert(tp.clone());
+            }
+            self.positions.insert(tp, start);
+        }
+        if tpl.count() > 0 {
+            self.consumer.incremental_assign(&tpl).map_err(|e| {
+                Error::Source(format!(
+                    "Kafka source '{}': assigning partitions: {e}",
+                    self.source
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
+    fn set_trouble(&mut self, why: String) {
+        match &mut self.trouble {
+            Some((_, w)) => *w = why,
+            None => self.trouble = Some((Instant::now(), why)),
+        }
+    }
+
+    /// Bounded reads: when the current topic is done, assign the next one. Whether every
+    /// partition has finished.
+    fn advance_bounded(&mut self) -> Result<bool> {
+        if !self.assigned.is_empty() {
+            return Ok(false);
+        }
+        let Some(topic) = self
+            .positions
+            .keys()
+            .find(|tp| !self.finished.contains(*tp))
+            .map(|tp| tp.topic.clone())
+        else {
+            return Ok(self.listed && self.missing.is_empty());
+        };
+        let mut tpl = TopicPartitionList::new();
+        for (tp, start) in self.positions.iter().filter(|(tp, _)| tp.topic == topic) {
+            add(&mut tpl, tp, *start)?;
+            self.assigned.insert(tp.clone());
+        }
+        self.consumer.incremental_assign(&tpl).map_err(|e| {
+            Error::Source(format!(
+                "Kafka source '{}': assigning {topic}: {e}",
+                self.source
+            ))
+        })?;
+        Ok(false)
+    }
+
+    /// A partition of the bounded topic being read has caught up.
+    fn end_of_partition(&mut self, partition: i32) -> Result<()> {
+        let Some(tp) = self
+            .assigned
+            .iter()
+            .find(|tp| tp.partition == partition)
+            .cloned()
+        else {
+            return Ok(());
+        };
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&tp.topic, tp.partition);
+        self.consumer.incremental_unassign(&tpl).map_err(|e| {
+            Error::Source(format!(
+                "Kafka source '{}': releasing {tp}: {e}",
+                self.source
+            ))
+        })?;
+        self.assigned.remove(&tp);
+        self.finished.insert(tp);
+        Ok(())
+    }
+
+    /// Take messages from librdkafka: up to `max_rows`, for at most `POLL_WAIT`.
+    async fn gather(&mut self, max_rows: usize) -> Result<Vec<Raw>> {
+        let consumer = self.consumer.clone();
+        let mut raw: Vec<Raw> = Vec::new();
+        let mut deadline = tokio::time::Instant::now() + POLL_WAIT;
+        while raw.len() < max_rows.max(1) {
+            // Cancel safe: a message is taken from the queue only when it is returned.
+            let Ok(next) = tokio::time::timeout_at(deadline, consumer.recv()).await else {
+                break;
+            };
+            match next {
+                Ok(m) => {
+                    let tp = TopicPartition::new(m.topic(), m.partition());
+                    let fresh = match self.positions.get(&tp) {
+                        Some(Start::At(next)) => m.offset() >= *next,
+                        Some(Start::Earliest) => true,
+                        None => false,
+                    };
+                    // Not ours, from before a reassignment, or already returned.
+                    if !fresh || !self.assigned.contains(&tp) {
+                        continue;
+                    }
+                    self.positions.insert(tp.clone(), Start::At(m.offset() + 1));
+                    raw.push(Raw {
+                        tp,
+                        offset: m.offset(),
+                        key: m.key().map(<[u8]>::to_vec),
+                        payload: m.payload().map(<[u8]>::to_vec),
+                        timestamp_ms: m.timestamp().to_millis(),
+                    });
+                    if raw.len() == 1 {
+                        deadline = deadline.min(tokio::time::Instant::now() + POLL_LINGER);
+                    }
+                }
+                Err(KafkaError::PartitionEOF(p)) => self.end_of_partition(p)?,
+                Err(KafkaError::MessageConsumptionFatal(code)) => {
+                    return Err(Error::Source(format!(
+                        "Kafka source '{}': fatal error from {}: {code}",
+                        self.source,
+                        self.options.servers()
+                    )));
+                }
+                // librdkafka retries by itself; the error is kept for messages.
+                Err(e) => self.consumer.context().note(e.to_string()),
+            }
+        }
+        Ok(raw)
+    }
+}
+
+/// Add `tp` at `start` to an assignment.
+fn add(tpl: &mut TopicPartitionList, tp: &TopicPartition, start: Start) -> Result<()> {
+    let offset = match start {
+        Start::Earliest => Offset::Beginning,
+        Start::At(o) => Offset::Offset(o),
+    };
+    tpl.add_partition_offset(&tp.topic, tp.partition, offset)
+        .map_err(|e| Error::Internal(format!("assignment of {tp}: {e}")))
+}
+
+#[async_trait]
+impl SourceReader for KafkaReader {
+    async fn poll(&mut self, max_rows: usize) -> Result<Poll> {
+        self.discover().await?;
+        if self.options.bounded && self.advance_bounded()? {
+            return Ok(Poll::Finished);
+        }
+        // Even with no partition assigned: receiving serves librdkafka's error events.
+        let raw = self.gather(max_rows).await?;
+        if raw.is_empty() {
+            return Ok(Poll::Idle);
+        }
+        let (batch, rejects) = decode(&self.schema, &self.options.decoder, &raw)?;
+        Ok(Poll::Records { batch, rejects })
+    }
+
+    fn offsets(&self) -> Offsets {
+        self.positions
+            .iter()
+            .filter_map(|(tp, start)| match start {
+                Start::At(o) => Some((tp.to_string(), o.to_string())),
+                Start::Earliest => None,
+            })
+            .collect()
+    }
+
+    fn seek(&mut self, offsets: &Offsets) -> Result<()> {
+        let resume = parse_offsets(offsets)?;
+        if !self.assigned.is_empty() {
+            self.consumer.unassign().map_err(|e| {
+                Error::Source(format!("Kafka source '{}': unassigning: {e}", self.source))
+            })?;
+        }
+        // A discovery under way knows the old partitions: forget it.
+        self.task = None;
+        self.positions.clear();
+        self.assigned.clear();
+        self.finished.clear();
+        self.listed = false;
+        self.next_discovery = Instant::now();
+        self.resume = Some(resume);
+        Ok(())
+    }
+
+    fn is_bounded(&self) -> bool {
+        self.options.bounded
+    }
+
+    fn stalled(&self) -> Option<String> {
+        let last = self.consumer.context().last_error();
+        let last = last
+            .map(|e| format!(" (librdkafka: {e})"))
+            .unwrap_or_default();
+        match &self.trouble {
+            Some((_, why)) => Some(format!("Kafka source '{}': {why}{last}", self.source)),
+            None if !self.listed && !last.is_empty() => Some(format!(
+                "Kafka source '{}': no answer from {} yet{last}",
+                self.source,
+                self.options.servers()
+            )),
+            None => None,
+        }
+    }
+}
