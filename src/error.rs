@@ -53,6 +53,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A server a source reads from (a stream, a broker) refused, or kept failing; the
+    /// message names the source, the server and the last error.
+    #[error("{0}")]
+    Connector(String),
     /// The Iceberg library or a catalog behind it failed.
     #[error("Iceberg: {0}")]
     Iceberg(#[from] iceberg::Error),
@@ -75,7 +79,7 @@ impl Error {
             | Error::AlreadyExists(_)
             | Error::Unsupported(_)
             | Error::Cancelled => ErrorKind::User,
-            Error::Io { .. } => ErrorKind::External,
+            Error::Io { .. } | Error::Connector(_) => ErrorKind::External,
             Error::Iceberg(e) => match e.kind() {
                 iceberg::ErrorKind::DataInvalid
                 | iceberg::ErrorKind::FeatureUnsupported
