@@ -10,6 +10,7 @@
 
 pub mod datagen;
 pub mod filesystem;
+pub mod kinesis;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -97,6 +98,7 @@ pub struct SourceDef {
 pub enum Connector {
     Datagen(datagen::DatagenOptions),
     Filesystem(filesystem::FilesystemOptions),
+    Kinesis(kinesis::KinesisOptions),
 }
 
 impl SourceDef {
@@ -118,10 +120,20 @@ impl SourceDef {
                 let o = filesystem::FilesystemOptions::try_new(&schema, &mut options)?;
                 (schema, Connector::Filesystem(o))
             }
+            "kinesis" => {
+                let schema = declared.ok_or_else(|| {
+                    Error::Plan(format!(
+                        "source {name}: the kinesis connector needs declared columns, \
+                         e.g. CREATE SOURCE {name} (id BIGINT, _sequence STRING) WITH (...)"
+                    ))
+                })?;
+                let o = kinesis::KinesisOptions::try_new(&schema, &mut options)?;
+                (schema, Connector::Kinesis(o))
+            }
             other => {
                 return Err(Error::Option(format!(
-                    "source {name}: connector '{other}' is not supported; floe has 'datagen' \
-                     and 'filesystem'"
+                    "source {name}: connector '{other}' is not supported; floe has 'datagen', \
+                     'filesystem' and 'kinesis'"
                 )));
             }
         };
@@ -138,6 +150,7 @@ impl SourceDef {
         match self.connector {
             Connector::Datagen(_) => "datagen",
             Connector::Filesystem(_) => "filesystem",
+            Connector::Kinesis(_) => "kinesis",
         }
     }
 
@@ -151,6 +164,9 @@ impl SourceDef {
                 self.schema.clone(),
                 o.clone(),
             )),
+            Connector::Kinesis(o) => {
+                Box::new(kinesis::KinesisReader::new(self.schema.clone(), o.clone()))
+            }
         })
     }
 }
