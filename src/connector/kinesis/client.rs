@@ -19,6 +19,8 @@ use crate::error::{Error, Result};
 
 /// Most records one GetRecords call returns (a Kinesis limit).
 pub const MAX_RECORDS_PER_CALL: usize = 10_000;
+/// How long a GetShardIterator call may take (see [`StreamClient::shard_iterator`]).
+const ITERATOR_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What went wrong with a call, sorted by what to do next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,11 +132,17 @@ impl StreamClient {
         }
     }
 
-    /// A shard iterator at `position` (which is never [`Position::Drained`]).
+    /// A shard iterator at `position` (which is never [`Position::Drained`]), or at the
+    /// shard's tip when `latest`.
+    ///
+    /// kinesalite never answers an AT_TIMESTAMP request when no record arrived after the
+    /// time (AWS returns the tip), so this call has a short timeout of its own: the reader
+    /// treats the timeout as a passing failure and asks again later.
     pub async fn shard_iterator(
         &self,
         shard: &str,
         position: &Position,
+        latest: bool,
     ) -> Result<String, Failure> {
         let call = self
             .client
@@ -142,6 +150,7 @@ impl StreamClient {
             .stream_name(&self.stream)
             .shard_id(shard);
         let call = match position {
+            _ if latest => call.shard_iterator_type(ShardIteratorType::Latest),
             Position::TrimHorizon => call.shard_iterator_type(ShardIteratorType::TrimHorizon),
             Position::AtTimestamp(ms) => call
                 .shard_iterator_type(ShardIteratorType::AtTimestamp)
@@ -156,7 +165,16 @@ impl StreamClient {
                 });
             }
         };
-        let out = call.send().await.map_err(failure)?;
+        let short = aws_config::timeout::TimeoutConfig::builder()
+            .operation_attempt_timeout(ITERATOR_TIMEOUT)
+            .operation_timeout(ITERATOR_TIMEOUT)
+            .build();
+        let out = call
+            .customize()
+            .config_override(aws_sdk_kinesis::config::Builder::default().timeout_config(short))
+            .send()
+            .await
+            .map_err(failure)?;
         out.shard_iterator.ok_or_else(|| Failure {
             kind: FailureKind::Unavailable,
             message: format!("GetShardIterator for {shard} returned no iterator"),

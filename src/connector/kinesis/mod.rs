@@ -28,9 +28,14 @@
 //! merge is read only after its parents were read to their end, so the records of one
 //! partition key keep their order across resharding. The offsets hold every shard's
 //! last sequence number read (see [`shards`]); a job resumes after them, so no record is
-//! lost or read twice. `latest` and the bounded mode's stop are times taken from floe's
-//! clock when the job first starts, kept in the offsets so that a restart reads the same
-//! records; the server's arrival times are compared with it.
+//! lost or read twice.
+//!
+//! `latest` reads each shard from its tip. Until a record of the shard is read, its offset
+//! is the time the job first started, so a job restarted before then reads the shard from
+//! that time, not from a later tip (it may then also read records that arrived in the few
+//! milliseconds between that time and the first iterator). The bounded mode's stop is the
+//! same time, kept in the offsets so that a restart stops at the same records; it is
+//! compared with the server's approximate arrival times, so the two clocks must agree.
 
 mod client;
 mod options;

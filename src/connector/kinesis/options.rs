@@ -26,8 +26,9 @@ const FAILURE_TIMEOUT: Duration = Duration::from_secs(60);
 pub enum StartupMode {
     /// The oldest record each shard keeps.
     TrimHorizon,
-    /// Records that arrive after the job first started (kept in the checkpoint as that
-    /// time, so a restart neither skips nor repeats records).
+    /// Records that arrive after the job first started: each shard's tip, kept in the
+    /// offsets as that time until a record of the shard is read, so a restart does not
+    /// skip the records that arrived while the job was down.
     Latest,
     /// Records that arrived at or after this time (epoch milliseconds).
     AtTimestamp(i64),

@@ -48,6 +48,9 @@ struct Cursor {
     iterator: Option<String>,
     not_before: Option<Instant>,
     backoff: Duration,
+    /// The first iterator of a `latest` start is taken at the tip (LATEST); any later one
+    /// at the start time kept in the offsets (nothing was read from the shard yet).
+    latest_first: bool,
 }
 
 impl Cursor {
@@ -141,10 +144,19 @@ impl KinesisReader {
         // Taken before the listing: every shard it shows open was still open after this
         // time, which is what lets a bounded source stop at a shard that caught up.
         let initial = self.initial_position();
+        let first = !self.tracker.listed_before();
         match client.list_shards().await {
             Ok(listing) => {
                 self.failing = None;
                 self.tracker.merge_listing(&listing, &initial);
+                if first && self.options.startup == StartupMode::Latest {
+                    for shard in &listing {
+                        self.cursors
+                            .entry(shard.id.clone())
+                            .or_default()
+                            .latest_first = true;
+                    }
+                }
                 self.next_listing = Instant::now() + self.options.discovery_interval;
             }
             Err(f) => {
@@ -206,10 +218,17 @@ impl KinesisReader {
         if position == Position::Drained {
             return Ok(None);
         }
-        let iterator = match self.cursors.get(shard).and_then(|c| c.iterator.clone()) {
-            Some(it) => it,
-            None => match client.shard_iterator(shard, &position).await {
-                Ok(it) => it,
+        let cursor = self.cursors.entry(shard.to_string()).or_default();
+        let iterator = match (cursor.iterator.clone(), cursor.latest_first) {
+            (Some(it), _) => it,
+            (None, latest) => match client.shard_iterator(shard, &position, latest).await {
+                Ok(it) => {
+                    self.cursors
+                        .entry(shard.to_string())
+                        .or_default()
+                        .latest_first = false;
+                    it
+                }
                 Err(f) => {
                     return self
                         .shard_failed(shard, "GetShardIterator", f)
@@ -417,5 +436,148 @@ impl SourceReader for KinesisReader {
 
     fn is_bounded(&self) -> bool {
         self.options.bounded != BoundedMode::Unbounded
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_kinesis::primitives::{Blob, DateTime};
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, TimeUnit};
+
+    use super::*;
+    use crate::connector::kinesis::shards::ListedShard;
+    use crate::sql::Options;
+
+    fn reader(extra: &[(&str, &str)]) -> KinesisReader {
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("_sequence", DataType::Utf8, true),
+            Field::new(
+                "_arrival_time",
+                DataType::Timestamp(TimeUnit::Microsecond, None),
+                true,
+            ),
+        ]));
+        let mut pairs = vec![("stream", "s"), ("format", "json")];
+        pairs.extend_from_slice(extra);
+        let mut o = Options::try_new(
+            "test",
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+        )
+        .unwrap();
+        let options = KinesisOptions::try_new(&schema, &mut o).unwrap();
+        o.finish().unwrap();
+        let mut r = KinesisReader::new(schema, options);
+        let shard = |id: &str, closed| ListedShard {
+            id: id.into(),
+            parents: vec![],
+            closed,
+        };
+        r.tracker.merge_listing(
+            &[shard("s0", false), shard("s1", true)],
+            &Position::TrimHorizon,
+        );
+        r
+    }
+
+    fn record(seq: &str, data: &str, arrival_ms: i64) -> Record {
+        Record::builder()
+            .sequence_number(seq)
+            .data(Blob::new(data))
+            .partition_key("k")
+            .approximate_arrival_timestamp(DateTime::from_secs_f64(arrival_ms as f64 / 1000.0))
+            .build()
+            .unwrap()
+    }
+
+    fn fetched(records: Vec<Record>, next: Option<&str>) -> Fetched {
+        Fetched {
+            records,
+            next_iterator: next.map(str::to_string),
+            millis_behind_latest: Some(0),
+        }
+    }
+
+    #[test]
+    fn records_become_rows_and_rejects_and_move_the_offset() {
+        let mut r = reader(&[]);
+        let records = vec![
+            record("11", r#"{"id": 1}"#, 1_714_521_600_054),
+            record("12", "not json", 1_714_521_600_055),
+            record("13", r#"{"id": 3}"#, 1_714_521_600_056),
+        ];
+        let Some(Poll::Records { batch, rejects }) =
+            r.take("s0", fetched(records, Some("it"))).unwrap()
+        else {
+            panic!("no records")
+        };
+        assert_eq!(
+            batch.column(0).as_primitive::<Int64Type>().values(),
+            &[1, 3]
+        );
+        let seqs: Vec<&str> = batch
+            .column(1)
+            .as_string::<i32>()
+            .iter()
+            .flatten()
+            .collect();
+        assert_eq!(seqs, vec!["11", "13"]);
+        let arrival = batch
+            .column(2)
+            .as_primitive::<datafusion::arrow::datatypes::TimestampMicrosecondType>();
+        assert_eq!(
+            arrival.value(0),
+            1_714_521_600_054_000,
+            "rounded to the millisecond"
+        );
+        assert_eq!(rejects.len(), 1);
+        assert_eq!(rejects[0].partition, "s0");
+        assert!(
+            rejects[0].error.contains("sequence number 12"),
+            "{}",
+            rejects[0].error
+        );
+        assert_eq!(
+            r.offsets()["s0"],
+            "13",
+            "the last record returned, bad or not"
+        );
+        assert_eq!(r.offsets()["s1"], "trim-horizon");
+    }
+
+    #[test]
+    fn a_closed_shard_without_a_next_iterator_is_drained() {
+        let mut r = reader(&[]);
+        let last = vec![record("7", r#"{"id": 7}"#, 1)];
+        assert!(r.take("s1", fetched(last, None)).unwrap().is_some());
+        assert_eq!(r.offsets()["s1"], "drained");
+        assert!(!r.tracker.readable().contains(&"s1".to_string()));
+    }
+
+    #[test]
+    fn a_bounded_source_returns_nothing_after_its_stop_time() {
+        let mut r = reader(&[("scan.bounded.mode", "latest")]);
+        r.tracker.set_stop_at_once(1_000);
+        let records = vec![
+            record("1", r#"{"id": 1}"#, 999),
+            record("2", r#"{"id": 2}"#, 1_000),
+            record("3", r#"{"id": 3}"#, 1_001),
+        ];
+        let Some(Poll::Records { batch, .. }) = r.take("s0", fetched(records, Some("i"))).unwrap()
+        else {
+            panic!("no records")
+        };
+        assert_eq!(batch.num_rows(), 2);
+        assert_eq!(r.offsets()["s0"], "2");
+        assert!(
+            r.tracker.readable().iter().all(|s| s != "s0"),
+            "s0 is at its bound"
+        );
+        // The closed shard is read to its end, even when an empty answer says caught up.
+        assert!(r.take("s1", fetched(vec![], Some("i"))).unwrap().is_none());
+        assert!(!r.tracker.finished());
+        assert!(r.take("s1", fetched(vec![], None)).unwrap().is_none());
+        assert!(r.tracker.finished());
     }
 }
