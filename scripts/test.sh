@@ -2,12 +2,14 @@
 # Runs every test of floe, installing and starting what the tests need:
 #   1. cargo fmt --check and cargo clippy (-D warnings)
 #   2. cargo test: unit tests, CLI tests (tests/cli.rs) and the sqllogictest files
-#   3. every script under sql/, each in a fresh folder
+#   3. every script under sql/, each in a fresh folder (after seeding the Kinesis stream
+#      that sql/kinesis.sql reads)
 #   4. interop tests (tests/interop): pyiceberg and DuckDB read what floe writes, floe reads
 #      what pyiceberg writes, the REST catalog of a SeaweedFS server on 127.0.0.1, and the
 #      SQL catalog on a PostgreSQL server on 127.0.0.1
-#   5. REPL tests (tests/repl): the interactive shell in a pseudo-terminal (pexpect), run by
-#      the same pytest invocation as 4
+#   5. Kinesis source tests (tests/interop/test_kinesis*.py) against kinesalite on 127.0.0.1
+#   6. REPL tests (tests/repl): the interactive shell in a pseudo-terminal (pexpect), run by
+#      the same pytest invocation as 4 and 5
 # Servers are stopped on exit. Set CARGO_TARGET_DIR to reuse a build cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +19,7 @@ export CARGO_TARGET_DIR="$TARGET"
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "installing the test environment (Python venv with pyiceberg and DuckDB, SeaweedFS, PostgreSQL)"
+step "installing the test environment (Python venv with pyiceberg, DuckDB and boto3, SeaweedFS, PostgreSQL, kinesalite)"
 scripts/test-env.sh install
 scripts/test-env.sh start
 trap 'scripts/test-env.sh stop' EXIT
@@ -34,6 +36,7 @@ cargo test --all-targets
 
 FLOE_BIN="$TARGET/debug/floe"
 step "sql/*.sql scripts"
+"$FLOE_TEST_PYTHON" scripts/seed-kinesis.py
 for script in sql/*.sql; do
   # Each script runs in a fresh folder holding a copy of sql/ (scripts name their data
   # files relative to the repository root, as a user runs them).
@@ -48,5 +51,5 @@ for script in sql/*.sql; do
   rm -rf "$work"
 done
 
-step "interop tests (pyiceberg, DuckDB, REST catalog, PostgreSQL catalog) and REPL tests (pexpect)"
+step "interop tests (pyiceberg, DuckDB, REST catalog, PostgreSQL catalog, Kinesis) and REPL tests (pexpect)"
 FLOE_BIN="$FLOE_BIN" "$FLOE_TEST_PYTHON" -m pytest -p no:cacheprovider -q tests/interop tests/repl
