@@ -303,6 +303,9 @@ class Producer(threading.Thread):
         self.counters = [0] * keys
         self.error: BaseException | None = None
         self.sent = 0
+        # Records are made and put under one lock, so each key's n follows the put order
+        # when the test puts records of its own while the thread runs.
+        self.lock = threading.Lock()
 
     def records(self, n: int) -> list[tuple[str, bytes]]:
         out = []
@@ -313,11 +316,16 @@ class Producer(threading.Thread):
             self.next_id += 1
         return out
 
+    def put_now(self, n: int) -> None:
+        """Put `n` more records at once (from any thread)."""
+        with self.lock:
+            self.stream.put(self.records(n))
+
     def run(self) -> None:
         try:
             while self.sent < self.total:
                 n = min(self.batch, self.total - self.sent)
-                self.stream.put(self.records(n))
+                self.put_now(n)
                 self.sent += n
                 time.sleep(self.pause)
         except BaseException as e:  # reported by join_checked

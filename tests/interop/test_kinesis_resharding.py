@@ -74,12 +74,14 @@ def test_split_and_merge_keep_every_key_in_order(floe_bin, lake, stream, tmp_pat
     low, high = sorted(stream.open_shards(), key=lambda s: int(s["HashKeyRange"]["StartingHashKey"]))
     stream.split(low)
     time.sleep(1.0)
+    producer.put_now(200)  # into both halves of `low`, whatever the producer's pace
     upper_half_of_low = max(
         (s for s in stream.open_shards() if s.get("ParentShardId") == low["ShardId"]),
         key=lambda s: int(s["HashKeyRange"]["StartingHashKey"]),
     )
     stream.merge(upper_half_of_low, high)
     producer.join_checked()
+    producer.put_now(200)  # into the merged shard
     total = producer.next_id
     wait_for_rows(lake, "ks.events", total, 90, job)
     job.stop()
