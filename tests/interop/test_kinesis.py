@@ -34,16 +34,13 @@ from kinesis_stream import (
 
 
 @pytest.fixture
-def kinesis():
-    return require_kinesis()
-
-
-@pytest.fixture
-def streams(kinesis):
+def streams():
+    """make(shards) -> a new stream, deleted after the test. Lazy, so that a missing server
+    fails inside the test (FAILED, not a setup ERROR)."""
     made: list[Stream] = []
 
     def make(shards: int) -> Stream:
-        s = Stream(kinesis, shards)
+        s = Stream(require_kinesis(), shards)
         made.append(s)
         return s
 

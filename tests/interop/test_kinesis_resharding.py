@@ -29,10 +29,18 @@ from kinesis_stream import (
 
 
 @pytest.fixture
-def stream():
-    s = Stream(require_kinesis(), 1)
-    yield s
-    s.delete()
+def new_stream():
+    """new_stream() -> a stream of one shard, deleted after the test. Lazy, so that a
+    missing server fails inside the test (FAILED, not a setup ERROR)."""
+    made: list[Stream] = []
+
+    def make() -> Stream:
+        made.append(Stream(require_kinesis(), 1))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.delete()
 
 
 def keyed_job(lake: SqlLake, stream: Stream, interval: str) -> list[str]:
@@ -58,7 +66,8 @@ def assert_exactly(lake: SqlLake, total: int) -> None:
     assert ids == list(range(total)), "some record is missing or written twice"
 
 
-def test_split_and_merge_keep_every_key_in_order(floe_bin, lake, stream, tmp_path):
+def test_split_and_merge_keep_every_key_in_order(floe_bin, lake, new_stream, tmp_path):
+    stream = new_stream()
     producer = Producer(stream, total=3000, keys=32, batch=50, pause=0.05)
     # A backlog bigger than one poll (8192 records) in the first shard, then a split and
     # more records in its children, all before the job starts: a reader that did not wait
@@ -111,7 +120,8 @@ def test_split_and_merge_keep_every_key_in_order(floe_bin, lake, stream, tmp_pat
             assert max(position[parent]) < min(position[s["ShardId"]]), f"{s['ShardId']} read before {parent} drained"
 
 
-def test_killed_and_restarted_job_writes_each_record_once(floe_bin, lake, stream, tmp_path):
+def test_killed_and_restarted_job_writes_each_record_once(floe_bin, lake, new_stream, tmp_path):
+    stream = new_stream()
     producer = Producer(stream, total=16000, keys=16, batch=100, pause=0.08)
     stream.put(producer.records(4000))
     job = FloeJob(floe_bin, tmp_path / "job", keyed_job(lake, stream, "200ms"))
