@@ -132,10 +132,18 @@ impl KafkaReader {
             && since.elapsed() >= self.options.error_timeout
             && let Some(why) = self.stalled()
         {
-            return Err(Error::Source(format!(
+            let message = format!(
                 "{why}; for {} s now ('scan.error-timeout')",
                 since.elapsed().as_secs()
-            )));
+            );
+            // A topic that does not exist on a broker that answers is the statement's
+            // mistake: the job fails. A broker that does not answer is an outage: the job
+            // retries from its last checkpoint until it is back.
+            return Err(if self.missing.is_empty() {
+                Error::Source(message)
+            } else {
+                Error::NotFound(message)
+            });
         }
         Ok(())
     }

@@ -113,13 +113,14 @@ impl KinesisReader {
                 } else {
                     ""
                 };
-                return Err(Error::Source(format!(
+                // Refused credentials are the statement's to fix: the job fails.
+                return Err(Error::Option(format!(
                     "{at}: {what} failed: {}{hint}",
                     f.message
                 )));
             }
             FailureKind::NotFound if what == "listing shards" => {
-                return Err(Error::Source(format!(
+                return Err(Error::NotFound(format!(
                     "{at} does not exist (create it first): {}",
                     f.message
                 )));
