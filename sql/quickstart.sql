@@ -47,7 +47,8 @@ SELECT partition, record_count, file_count FROM lake.shop."orders$partitions" OR
 -- second with exactly-once commits. The source is bounded (number-of-rows), and
 -- table.dml-sync makes this INSERT wait until the job has committed its last rows.
 CREATE SOURCE order_stream WITH (
-  'connector' = 'datagen', 'profile' = 'orders', 'number-of-rows' = '200000', 'rows-per-second' = '100000', 'seed' = '7');
+  'connector' = 'datagen', 'profile' = 'orders', 'number-of-rows' = '200000',
+  'rows-per-second' = '100000', 'seed' = '7');
 SELECT * FROM order_stream LIMIT 3;
 
 DROP TABLE IF EXISTS lake.shop.order_lines;
@@ -62,12 +63,30 @@ INSERT INTO lake.shop.order_lines
 SELECT order_id, upper(product), quantity * price, region, order_time
 FROM order_stream WHERE status <> 'new';
 
-SHOW JOBS;
 SELECT region, count(*) AS orders, round(sum(total), 2) AS revenue
 FROM lake.shop.order_lines GROUP BY region ORDER BY region;
 SELECT summary['floe.job'] AS job, summary['floe.checkpoint'] AS checkpoint,
        summary['added-records'] AS records
 FROM lake.shop."order_lines$snapshots" ORDER BY committed_at;
+
+-- ROUTE BY: web events of several types, each type into its own table, created on first sight.
+-- Half-way through, page views gain user_agent and scroll_depth and a new type appears: the
+-- tables evolve as the data does, in the same commits as the data. (Run the script again: the
+-- job resumes from its checkpoint, finds its bounded source done, and adds nothing.)
+CREATE SOURCE events WITH (
+  'connector' = 'datagen', 'profile' = 'events', 'number-of-rows' = '100000',
+  'events.drift-at' = '50000', 'rows-per-second' = '100000');
+SET 'pipeline.name' = 'quickstart-events';
+INSERT INTO lake.analytics
+SELECT *, CAST(event_time AS DATE) AS event_date FROM events
+ROUTE BY event_type || '_events'
+WITH ('partition.candidates' = 'event_date, region');
+
+SHOW JOBS;
+SHOW TABLES IN lake.analytics;
+DESCRIBE lake.analytics.page_view_events;
+SELECT event_id > 50000 AS after_drift, count(*) AS events, count(user_agent) AS with_agent
+FROM lake.analytics.page_view_events GROUP BY 1 ORDER BY 1;
 
 -- Time travel: pick a snapshot_id from above, then
 --   SELECT count(*) FROM lake.shop.orders FOR VERSION AS OF <snapshot_id>;

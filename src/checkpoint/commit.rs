@@ -79,7 +79,12 @@ pub async fn commit_once(
         NamespaceIdent::from_vec(pending.namespace.clone())?,
         pending.table.clone(),
     );
-    let table = catalog.load_table(&ident).await?;
+    let table = match catalog.load_table(&ident).await {
+        Ok(t) => t,
+        // Dropped since: its files have no table to go to.
+        Err(e) if e.kind() == iceberg::ErrorKind::TableNotFound => return Ok(false),
+        Err(e) => return Err(e.into()),
+    };
     if table.metadata().uuid().to_string() != pending.table_uuid {
         return Ok(false);
     }
