@@ -50,25 +50,14 @@ fn floe() -> Command {
     Command::new(env!("CARGO_BIN_EXE_floe"))
 }
 
-/// The routed tables' contents, summarised.
-fn routed_summary(dir: &Path) -> String {
+const CATALOG: &str = "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql', \
+                       'uri' = 'sqlite:lake/catalog.db', 'warehouse' = 'lake/warehouse')";
+
+/// The CSV output of `sql` against the lake in `dir`.
+fn query_csv(dir: &Path, sql: &str) -> String {
     let out = floe()
         .current_dir(dir)
-        .args([
-            "-q",
-            "--format",
-            "csv",
-            "-c",
-            "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql', \
-             'uri' = 'sqlite:lake/catalog.db', 'warehouse' = 'lake/warehouse')",
-            "-c",
-            "SELECT 'order' AS t, count(*) AS n, count(DISTINCT event_id) AS ids, \
-               sum(event_id) AS s, count(amount) AS extra FROM lake.analytics.\"order\"
-             UNION ALL SELECT 'page_view', count(*), count(DISTINCT event_id), sum(event_id),
-               count(user_agent) FROM lake.analytics.page_view
-             UNION ALL SELECT 'interaction', count(*), count(DISTINCT event_id), sum(event_id),
-               count(element) FROM lake.analytics.interaction ORDER BY t",
-        ])
+        .args(["-q", "--format", "csv", "-c", CATALOG, "-c", sql])
         .output()
         .unwrap();
     assert!(
@@ -79,30 +68,27 @@ fn routed_summary(dir: &Path) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The routed tables' contents, summarised.
+fn routed_summary(dir: &Path) -> String {
+    query_csv(
+        dir,
+        "SELECT 'order' AS t, count(*) AS n, count(DISTINCT event_id) AS ids, \
+           sum(event_id) AS s, count(amount) AS extra FROM lake.analytics.\"order\"
+         UNION ALL SELECT 'page_view', count(*), count(DISTINCT event_id), sum(event_id),
+           count(user_agent) FROM lake.analytics.page_view
+         UNION ALL SELECT 'interaction', count(*), count(DISTINCT event_id), sum(event_id),
+           count(element) FROM lake.analytics.interaction ORDER BY t",
+    )
+}
+
 /// The table's contents, summarised so that any lost or duplicated row shows.
 fn summary(dir: &Path) -> String {
-    let out = floe()
-        .current_dir(dir)
-        .args([
-            "-q",
-            "--format",
-            "csv",
-            "-c",
-            "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql', \
-             'uri' = 'sqlite:lake/catalog.db', 'warehouse' = 'lake/warehouse')",
-            "-c",
-            "SELECT count(*) AS n, count(DISTINCT order_id) AS ids, sum(order_id) AS id_sum, \
-             round(sum(amount), 2) AS amount, count(DISTINCT product || region) AS combos \
-             FROM lake.shop.orders",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    query_csv(
+        dir,
+        "SELECT count(*) AS n, count(DISTINCT order_id) AS ids, sum(order_id) AS id_sum, \
+         round(sum(amount), 2) AS amount, count(DISTINCT product || region) AS combos \
+         FROM lake.shop.orders",
+    )
 }
 
 fn run_to_end(dir: &Path, interval: &str) {

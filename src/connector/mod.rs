@@ -121,39 +121,32 @@ impl SourceDef {
     /// Build a source from its declared columns (may be empty) and `WITH` options.
     pub fn try_new(name: &str, declared: Option<SchemaRef>, mut options: Options) -> Result<Self> {
         let connector = options.require_str("connector")?;
+        // Until JSON schema inference lands, every connector but datagen needs columns.
+        let declared_for = |example: &str| {
+            declared.clone().ok_or_else(|| {
+                Error::Plan(format!(
+                    "source {name}: the {connector} connector needs declared columns, e.g. \
+                     CREATE SOURCE {name} ({example}) WITH (...)"
+                ))
+            })
+        };
         let (schema, connector) = match connector.as_str() {
             "datagen" => {
                 let (schema, o) = datagen::DatagenOptions::try_new(declared, &mut options)?;
                 (schema, Connector::Datagen(o))
             }
             "filesystem" => {
-                let schema = declared.ok_or_else(|| {
-                    Error::Plan(format!(
-                        "source {name}: the filesystem connector needs declared columns, \
-                         e.g. CREATE SOURCE {name} (id BIGINT, name STRING) WITH (...)"
-                    ))
-                })?;
+                let schema = declared_for("id BIGINT, name STRING")?;
                 let o = filesystem::FilesystemOptions::try_new(&schema, &mut options)?;
                 (schema, Connector::Filesystem(o))
             }
             "kafka" => {
-                let schema = declared.ok_or_else(|| {
-                    Error::Plan(format!(
-                        "source {name}: the kafka connector needs declared columns, \
-                         e.g. CREATE SOURCE {name} (id BIGINT, kind STRING, _offset BIGINT) \
-                         WITH (...)"
-                    ))
-                })?;
+                let schema = declared_for("id BIGINT, kind STRING, _offset BIGINT")?;
                 let o = kafka::KafkaOptions::try_new(&schema, &mut options)?;
                 (schema, Connector::Kafka(o))
             }
             "kinesis" => {
-                let schema = declared.ok_or_else(|| {
-                    Error::Plan(format!(
-                        "source {name}: the kinesis connector needs declared columns, \
-                         e.g. CREATE SOURCE {name} (id BIGINT, _sequence STRING) WITH (...)"
-                    ))
-                })?;
+                let schema = declared_for("id BIGINT, _sequence STRING")?;
                 let o = kinesis::KinesisOptions::try_new(&schema, &mut options)?;
                 (schema, Connector::Kinesis(o))
             }

@@ -62,8 +62,10 @@ fn merge_struct(
     let mut out: Vec<NestedFieldRef> = Vec::new();
     for tf in table.fields() {
         let pos = batch.iter().position(|f| f.name() == &tf.name);
-        let Some(pos) = pos else {
-            // The batch lacks it: it reads as NULL, so it must be optional.
+        // A column the batch lacks, or has only NULLs in, reads NULL: it must be optional,
+        // and there is nothing to learn about its type.
+        let all_null = pos.is_none_or(|p| columns[p].null_count() == columns[p].len());
+        let Some(pos) = pos.filter(|_| !all_null) else {
             if tf.required {
                 changed = true;
                 out.push(Arc::new(NestedField::optional(
@@ -78,20 +80,6 @@ fn merge_struct(
         };
         let column = &columns[pos];
         let name = format!("{path}{}", tf.name);
-        if column.null_count() == column.len() {
-            // Only NULLs: nothing to learn about the type, but the column must be optional.
-            if tf.required {
-                changed = true;
-                out.push(Arc::new(NestedField::optional(
-                    tf.id,
-                    &tf.name,
-                    (*tf.field_type).clone(),
-                )));
-            } else {
-                out.push(tf.clone());
-            }
-            continue;
-        }
         let merged = merge_type(
             &tf.field_type,
             batch[pos].data_type(),

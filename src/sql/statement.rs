@@ -75,6 +75,28 @@ fn fmt_with(f: &mut fmt::Formatter<'_>, options: &OptionList) -> fmt::Result {
     f.write_str(")")
 }
 
+/// ` (col type, ..., extra)`, or nothing when there are no columns.
+fn fmt_columns(
+    f: &mut fmt::Formatter<'_>,
+    columns: &[ColumnDef],
+    extra: Option<&dyn fmt::Display>,
+) -> fmt::Result {
+    if columns.is_empty() {
+        return Ok(());
+    }
+    f.write_str(" (")?;
+    for (i, c) in columns.iter().enumerate() {
+        if i > 0 {
+            f.write_str(", ")?;
+        }
+        write!(f, "{c}")?;
+    }
+    if let Some(e) = extra {
+        write!(f, ", {e}")?;
+    }
+    f.write_str(")")
+}
+
 fn if_not_exists(b: bool) -> &'static str {
     if b { "IF NOT EXISTS " } else { "" }
 }
@@ -203,16 +225,7 @@ impl fmt::Display for CreateTable {
             if_not_exists(self.if_not_exists),
             self.name
         )?;
-        if !self.columns.is_empty() {
-            f.write_str(" (")?;
-            for (i, c) in self.columns.iter().enumerate() {
-                if i > 0 {
-                    f.write_str(", ")?;
-                }
-                write!(f, "{c}")?;
-            }
-            f.write_str(")")?;
-        }
+        fmt_columns(f, &self.columns, None)?;
         if !self.partitioned_by.is_empty() {
             f.write_str(" PARTITIONED BY (")?;
             for (i, e) in self.partitioned_by.iter().enumerate() {
@@ -317,19 +330,8 @@ impl fmt::Display for CreateSource {
             if_not_exists(self.if_not_exists),
             self.name
         )?;
-        if !self.columns.is_empty() {
-            f.write_str(" (")?;
-            for (i, c) in self.columns.iter().enumerate() {
-                if i > 0 {
-                    f.write_str(", ")?;
-                }
-                write!(f, "{c}")?;
-            }
-            if let Some(w) = &self.watermark {
-                write!(f, ", {w}")?;
-            }
-            f.write_str(")")?;
-        }
+        let watermark = self.watermark.as_ref().map(|w| w as &dyn fmt::Display);
+        fmt_columns(f, &self.columns, watermark)?;
         fmt_with(f, &self.options)
     }
 }
