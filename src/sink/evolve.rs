@@ -296,6 +296,45 @@ fn fits(p: &PrimitiveType, t: &DataType) -> bool {
     )
 }
 
+/// `batch` with each top-level column named as the table's column that has the same name
+/// ignoring ASCII case (`schema.case-insensitive`); a column the table lacks keeps its name.
+/// Two columns that differ only in case are an error (their rows go to the dead-letter table).
+pub fn match_case(
+    table: &Schema,
+    batch: &RecordBatch,
+) -> std::result::Result<RecordBatch, Incompatible> {
+    let mut seen: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let mut changed = false;
+    let fields: Vec<Field> = batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| {
+            let lower = f.name().to_ascii_lowercase();
+            if let Some(other) = seen.insert(lower.clone(), f.name().clone()) {
+                return Err(format!(
+                    "columns '{other}' and '{}' differ only in case (schema.case-insensitive)",
+                    f.name()
+                ));
+            }
+            let name = table
+                .as_struct()
+                .fields()
+                .iter()
+                .find(|t| t.name.to_ascii_lowercase() == lower)
+                .map(|t| t.name.clone())
+                .unwrap_or_else(|| f.name().clone());
+            changed |= &name != f.name();
+            Ok(f.as_ref().clone().with_name(name))
+        })
+        .collect::<std::result::Result<_, _>>()?;
+    if !changed {
+        return Ok(batch.clone());
+    }
+    RecordBatch::try_new(Arc::new(ArrowSchema::new(fields)), batch.columns().to_vec())
+        .map_err(|e| format!("renaming columns: {e}"))
+}
+
 /// `batch`'s rows in `table`'s columns: matched by name, missing ones NULL, types converted.
 /// Call after [`evolve`] made the table take every column of the batch.
 pub fn conform(table: &Schema, batch: &RecordBatch) -> Result<RecordBatch> {
@@ -483,6 +522,31 @@ mod tests {
         assert_eq!(age.id, 3);
         let conformed = conform(&s, &b).unwrap();
         assert_eq!(conformed.num_columns(), 1);
+    }
+
+    #[test]
+    fn case_insensitive_matching_renames_to_the_tables_spelling() {
+        let b = batch(vec![
+            ("ID", Arc::new(Int64Array::from(vec![1]))),
+            ("Tag", Arc::new(StringArray::from(vec!["a"]))),
+        ]);
+        let renamed = match_case(&table(), &b).unwrap();
+        let names: Vec<&str> = renamed
+            .schema_ref()
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        assert_eq!(names, vec!["id", "Tag"]);
+        let twice = batch(vec![
+            ("n", Arc::new(Int32Array::from(vec![1]))),
+            ("N", Arc::new(Int32Array::from(vec![2]))),
+        ]);
+        assert!(
+            match_case(&table(), &twice)
+                .unwrap_err()
+                .contains("differ only in case")
+        );
     }
 
     #[test]

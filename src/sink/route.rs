@@ -36,6 +36,8 @@ pub struct RouteOptions {
     pub max_tables: usize,
     /// Tables whose files stay open at once; the least recently written is closed first.
     pub max_open_tables: usize,
+    /// Match top-level columns to tables' ignoring ASCII case.
+    pub case_insensitive: bool,
 }
 
 impl RouteOptions {
@@ -54,6 +56,9 @@ impl RouteOptions {
                 )));
             }
         };
+        let case_insensitive = options
+            .take_bool("schema.case-insensitive")?
+            .unwrap_or(false);
         let table_properties = options.take_prefixed("table.properties.");
         let dead_letter_table = options
             .take_str("dead-letter.table")
@@ -82,6 +87,7 @@ impl RouteOptions {
             dead_letter_table,
             max_tables,
             max_open_tables,
+            case_insensitive,
         })
     }
 }
@@ -328,7 +334,8 @@ impl Opener {
             table,
             self.options.evolve,
             self.options.candidates.clone(),
-        ))
+        )
+        .with_case_insensitive(self.options.case_insensitive))
     }
 }
 

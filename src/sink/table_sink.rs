@@ -19,7 +19,7 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 
-use super::evolve::{conform, evolve};
+use super::evolve::{conform, evolve, match_case};
 use super::writer::TableWriter;
 use crate::catalog::commit::staged;
 use crate::checkpoint::{FileGroup, PendingCommit};
@@ -97,6 +97,8 @@ pub struct TableSink {
     /// Whether new columns and wider types may change the table's schema.
     evolve: bool,
     candidates: Vec<Candidate>,
+    /// Whether top-level columns match the table's ignoring ASCII case.
+    case_insensitive: bool,
 }
 
 impl TableSink {
@@ -119,7 +121,14 @@ impl TableSink {
             rows: 0,
             evolve,
             candidates,
+            case_insensitive: false,
         }
+    }
+
+    /// Match top-level columns to the table's ignoring ASCII case.
+    pub fn with_case_insensitive(mut self, on: bool) -> Self {
+        self.case_insensitive = on;
+        self
     }
 
     /// The table as committed.
@@ -133,6 +142,14 @@ impl TableSink {
         if batch.num_rows() == 0 {
             return Ok(Ok(0));
         }
+        let batch = if self.case_insensitive {
+            match match_case(self.staged.metadata().current_schema(), &batch) {
+                Ok(b) => b,
+                Err(reason) => return Ok(Err(reason)),
+            }
+        } else {
+            batch
+        };
         let md = self.staged.metadata();
         let wanted = match evolve(
             md.current_schema(),
