@@ -20,7 +20,8 @@ use datafusion::arrow::json::ReaderBuilder;
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::basic::{Compression, ZstdLevel};
 use datafusion::parquet::file::properties::WriterProperties;
-use floe::Session;
+
+mod common;
 
 const KINDS: [&str; 4] = ["order", "page_view", "interaction", "signup"];
 const REGIONS: [&str; 4] = ["eu-west", "us-east", "ap-south", "sa-east"];
@@ -51,6 +52,11 @@ fn event(i: u64) -> String {
         i % 97
     )
 }
+
+/// The events' columns, in SQL.
+const COLUMNS: &str = "event_id BIGINT, event_type STRING, event_time TIMESTAMP, \
+                       user_id BIGINT, session_id STRING, region STRING, amount DOUBLE, \
+                       url STRING, device STRING, ok BOOLEAN, tags STRING";
 
 fn schema() -> Arc<Schema> {
     Arc::new(Schema::new(vec![
@@ -97,32 +103,19 @@ fn baseline(text: &str, events: u64) -> f64 {
 
 /// floe: a continuous job from JSON files to an Iceberg table: records per second.
 fn floe_job(dir: &std::path::Path, events: u64) -> f64 {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
+    common::one_core().block_on(async {
         let d = dir.display();
-        let session = Session::new();
-        session
-            .sql(&format!(
-                "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql',
-                   'uri' = 'sqlite:{d}/catalog.db', 'warehouse' = '{d}/warehouse');
-                 CREATE SCHEMA lake.bench;
-                 CREATE TABLE lake.bench.events (event_id BIGINT, event_type STRING,
-                   event_time TIMESTAMP, user_id BIGINT, session_id STRING, region STRING,
-                   amount DOUBLE, url STRING, device STRING, ok BOOLEAN, tags STRING)
+        let session = common::lake_session(
+            dir,
+            &format!(
+                "CREATE SCHEMA lake.bench;
+                 CREATE TABLE lake.bench.events ({COLUMNS})
                  WITH ('write.parquet.compression-codec' = 'zstd');
-                 CREATE SOURCE events (event_id BIGINT, event_type STRING,
-                   event_time TIMESTAMP, user_id BIGINT, session_id STRING, region STRING,
-                   amount DOUBLE, url STRING, device STRING, ok BOOLEAN, tags STRING)
-                 WITH ('connector' = 'filesystem', 'path' = '{d}/data', 'format' = 'json');
-                 SET 'state.dir' = '{d}/state'; SET 'checkpoint.interval' = '10s';
-                 SET 'table.dml-sync' = 'true';"
-            ))
-            .await
-            .expect("setup");
+                 CREATE SOURCE events ({COLUMNS})
+                 WITH ('connector' = 'filesystem', 'path' = '{d}/data', 'format' = 'json');"
+            ),
+        )
+        .await;
         let start = Instant::now();
         session
             .sql("INSERT INTO lake.bench.events SELECT * FROM events")

@@ -11,7 +11,7 @@
 
 use std::time::Instant;
 
-use floe::Session;
+mod common;
 
 /// Peak resident memory of this process so far, in MiB (Linux).
 fn peak_rss_mib() -> f64 {
@@ -27,25 +27,16 @@ fn peak_rss_mib() -> f64 {
 }
 
 fn run(dir: &std::path::Path, rows: u64, tables: u64) -> f64 {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        let d = dir.display();
-        let session = Session::new();
-        session
-            .sql(&format!(
-                "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql',
-                   'uri' = 'sqlite:{d}/catalog.db', 'warehouse' = '{d}/warehouse');
-                 CREATE SOURCE orders WITH ('connector' = 'datagen', 'profile' = 'orders',
+    common::one_core().block_on(async {
+        let session = common::lake_session(
+            dir,
+            &format!(
+                "CREATE SOURCE orders WITH ('connector' = 'datagen', 'profile' = 'orders',
                    'number-of-rows' = '{rows}');
-                 SET 'state.dir' = '{d}/state'; SET 'checkpoint.interval' = '10s';
-                 SET 'table.dml-sync' = 'true'; SET 'pipeline.name' = 'bench-{tables}';"
-            ))
-            .await
-            .expect("setup");
+                 SET 'pipeline.name' = 'bench-{tables}';"
+            ),
+        )
+        .await;
         let start = Instant::now();
         session
             .sql(&format!(

@@ -125,16 +125,50 @@ port_in_use() {
   (exec 3<>"/dev/tcp/$BIND_IP/$1") 2>/dev/null
 }
 
-# Prints the pid from the pid file if that process is alive and is a weed.
-running_pid() {
-  [[ -f "$PIDFILE" ]] || return 1
+# Logs $1, shows the end of log file $2, runs the stop function $3, and exits with an error.
+give_up() {
+  log "$1; last log lines:"
+  tail -n 40 "$2" >&2 || true
+  "$3"
+  exit 1
+}
+
+# Prints the pid in pid file $1 if that process is alive and its command line matches $2.
+pid_from_file() {
+  [[ -f "$1" ]] || return 1
   local pid
-  pid="$(cat "$PIDFILE" 2>/dev/null || true)"
+  pid="$(cat "$1" 2>/dev/null || true)"
   [[ "$pid" =~ ^[0-9]+$ ]] || return 1
   kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'weed' || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$2" || return 1
   printf '%s\n' "$pid"
 }
+
+# Stops the server named $1 whose pid file is $2 (command line matching $3): SIGTERM to its
+# process group when it leads one (servers are started with setsid), SIGKILL after 10 s.
+stop_by_pidfile() {
+  local name="$1" file="$2" pattern="$3" pid sig i
+  if ! pid="$(pid_from_file "$file" "$pattern")"; then
+    if [[ -f "$file" ]]; then log "$name: stale pid file removed"; else log "$name not running"; fi
+    rm -f "$file"
+    return
+  fi
+  local target="$pid"
+  [[ "$(ps -o pgid= -p "$pid" 2>/dev/null | tr -d ' ')" == "$pid" ]] && target="-$pid"
+  for sig in TERM KILL; do
+    kill "-$sig" -- "$target" 2>/dev/null || kill "-$sig" "$pid" 2>/dev/null || true
+    for ((i = 0; i < 40; i++)); do
+      kill -0 "$pid" 2>/dev/null || break 2
+      sleep 0.25
+    done
+    log "$name pid $pid did not stop on SIG$sig"
+  done
+  rm -f "$file"
+  log "$name stopped (pid $pid)"
+}
+
+# Prints the pid from the pid file if that process is alive and is a weed.
+running_pid() { pid_from_file "$PIDFILE" weed; }
 
 cmd_start() {
   local pid
@@ -188,16 +222,10 @@ cmd_start() {
       exit 1
     fi
     if ((waited >= START_TIMEOUT_S * 2)); then
-      log "REST catalog ($REST_URI/v1/config) and S3 ($S3_ENDPOINT) did not both answer within ${START_TIMEOUT_S}s; last log lines:"
-      tail -n 40 "$LOGFILE" >&2 || true
-      cmd_stop
-      exit 1
+      give_up "REST catalog ($REST_URI/v1/config) and S3 ($S3_ENDPOINT) did not both answer within ${START_TIMEOUT_S}s" "$LOGFILE" cmd_stop
     fi
     if grep -Eq "Port ($S3_PORT|$REST_PORT) .*not available" "$LOGFILE" 2>/dev/null; then
-      log "weed could not bind a required port; last log lines:"
-      tail -n 40 "$LOGFILE" >&2 || true
-      cmd_stop
-      exit 1
+      give_up "weed could not bind a required port" "$LOGFILE" cmd_stop
     fi
     sleep 0.5
     waited=$((waited + 1))
@@ -205,42 +233,7 @@ cmd_start() {
   log "running (pid $pid): REST catalog $REST_URI, S3 $S3_ENDPOINT"
 }
 
-cmd_stop() {
-  if [[ ! -f "$PIDFILE" ]]; then
-    log "not running (no $PIDFILE)"
-    return
-  fi
-  local pid
-  if ! pid="$(running_pid)"; then
-    log "stale pid file removed"
-    rm -f "$PIDFILE"
-    return
-  fi
-  # The server was started with setsid, so its pid is also its process group id.
-  local pgid
-  pgid="$(ps -o pgid= -p "$pid" 2>/dev/null | tr -d ' ' || true)"
-  if [[ "$pgid" == "$pid" ]]; then
-    kill -TERM -- "-$pgid" 2>/dev/null || true
-  else
-    kill -TERM "$pid" 2>/dev/null || true
-  fi
-  local i
-  for ((i = 0; i < 40; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.25
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    log "pid $pid did not stop on SIGTERM; sending SIGKILL"
-    if [[ "$pgid" == "$pid" ]]; then
-      kill -KILL -- "-$pgid" 2>/dev/null || true
-    else
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
-    sleep 0.5
-  fi
-  rm -f "$PIDFILE"
-  log "stopped (pid $pid)"
-}
+cmd_stop() { stop_by_pidfile weed "$PIDFILE" weed; }
 
 # ---------------------------------------------------------------- postgres
 # A private PostgreSQL cluster for the SQL catalog on PostgreSQL: it listens on
@@ -567,15 +560,7 @@ kinesis_answers() {
 }
 
 # Prints the pid from the pid file if that process is alive and is our launcher.
-kinesis_pid() {
-  [[ -f "$KINESIS_PIDFILE" ]] || return 1
-  local pid
-  pid="$(cat "$KINESIS_PIDFILE" 2>/dev/null || true)"
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'floe-kinesalite' || return 1
-  printf '%s\n' "$pid"
-}
+kinesis_pid() { pid_from_file "$KINESIS_PIDFILE" floe-kinesalite; }
 
 kinesis_start() {
   local pid
@@ -627,29 +612,7 @@ JS
   log "kinesalite running (pid $pid): $KINESIS_URI"
 }
 
-kinesis_stop() {
-  if [[ ! -f "$KINESIS_PIDFILE" ]]; then
-    log "kinesalite not running (no $KINESIS_PIDFILE)"
-    return
-  fi
-  local pid i
-  if ! pid="$(kinesis_pid)"; then
-    log "kinesalite: stale pid file removed"
-    rm -f "$KINESIS_PIDFILE"
-    return
-  fi
-  kill -TERM "$pid" 2>/dev/null || true
-  for ((i = 0; i < 20; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.25
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    log "kinesalite pid $pid did not stop on SIGTERM; sending SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$KINESIS_PIDFILE"
-  log "kinesalite stopped (pid $pid)"
-}
+kinesis_stop() { stop_by_pidfile kinesalite "$KINESIS_PIDFILE" floe-kinesalite; }
 
 kinesis_env() {
   printf 'export FLOE_KINESIS=%q\n' "$KINESIS_URI"
@@ -692,15 +655,7 @@ kafka_install() {
 }
 
 # Prints the pid from the pid file if that process is alive and is tansu.
-kafka_running_pid() {
-  [[ -f "$KAFKA_PIDFILE" ]] || return 1
-  local pid
-  pid="$(cat "$KAFKA_PIDFILE" 2>/dev/null || true)"
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'tansu' || return 1
-  printf '%s\n' "$pid"
-}
+kafka_running_pid() { pid_from_file "$KAFKA_PIDFILE" tansu; }
 
 kafka_start() {
   local pid
@@ -738,10 +693,7 @@ kafka_start() {
       exit 1
     fi
     if ((waited >= KAFKA_START_TIMEOUT_S * 10)); then
-      log "tansu did not accept connections on $KAFKA_ADDR within ${KAFKA_START_TIMEOUT_S}s; last log lines:"
-      tail -n 40 "$KAFKA_LOGFILE" >&2 || true
-      kafka_stop
-      exit 1
+      give_up "tansu did not accept connections on $KAFKA_ADDR within ${KAFKA_START_TIMEOUT_S}s" "$KAFKA_LOGFILE" kafka_stop
     fi
     sleep 0.1
     waited=$((waited + 1))
@@ -749,27 +701,7 @@ kafka_start() {
   log "tansu running (pid $pid): Kafka protocol at $KAFKA_ADDR"
 }
 
-kafka_stop() {
-  local pid
-  if ! pid="$(kafka_running_pid)"; then
-    [[ ! -f "$KAFKA_PIDFILE" ]] || log "stale tansu pid file removed"
-    rm -f "$KAFKA_PIDFILE"
-    return
-  fi
-  # Started with setsid: its pid is its process group id.
-  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-  local i
-  for ((i = 0; i < 40; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.25
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    log "tansu pid $pid did not stop on SIGTERM; sending SIGKILL"
-    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$KAFKA_PIDFILE"
-  log "tansu stopped (pid $pid)"
-}
+kafka_stop() { stop_by_pidfile tansu "$KAFKA_PIDFILE" tansu; }
 
 kafka_env() {
   printf 'export FLOE_KAFKA=%q\n' "$KAFKA_ADDR"

@@ -4,34 +4,23 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
-use datafusion::arrow::util::pretty::pretty_format_batches;
+mod common;
+
+use common::{lake_session, rows};
 use floe::catalog::commit::{Committer, EvolvingAppend, SqlCommitter, prepare, staged};
 use floe::sink::TableWriter;
-use floe::{Output, Session};
 use iceberg::spec::{NestedField, PrimitiveType, Schema, Transform, Type, UnboundPartitionSpec};
 use iceberg::{NamespaceIdent, TableIdent};
-
-async fn rows(session: &Session, sql: &str) -> String {
-    match session.sql(sql).await.unwrap().pop() {
-        Some(Output::Rows(_, b)) => pretty_format_batches(&b).unwrap().to_string(),
-        other => panic!("{sql}: {other:?}"),
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schema_spec_and_data_land_in_one_commit() {
     let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().display();
-    let session = Session::new();
-    session
-        .sql(&format!(
-            "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql', \
-             'uri' = 'sqlite:{d}/catalog.db', 'warehouse' = '{d}/warehouse');
-             CREATE SCHEMA lake.e; CREATE TABLE lake.e.t (id BIGINT NOT NULL, region STRING);
-             INSERT INTO lake.e.t VALUES (1, 'eu'), (2, 'us');"
-        ))
-        .await
-        .unwrap();
+    let session = lake_session(
+        dir.path(),
+        "CREATE SCHEMA lake.e; CREATE TABLE lake.e.t (id BIGINT NOT NULL, region STRING);
+             INSERT INTO lake.e.t VALUES (1, 'eu'), (2, 'us');",
+    )
+    .await;
     let handle = session.catalogs()["lake"].clone();
     let ident = TableIdent::new(NamespaceIdent::new("e".into()), "t".into());
     let base = handle.catalog.load_table(&ident).await.unwrap();

@@ -13,10 +13,12 @@ use std::time::{Duration, Instant};
 
 const ROWS: u64 = 240_000;
 
+const CATALOG: &str = "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql', \
+                       'uri' = 'sqlite:lake/catalog.db', 'warehouse' = 'lake/warehouse')";
+
 fn script(interval: &str) -> String {
     format!(
-        "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql', \
-           'uri' = 'sqlite:lake/catalog.db', 'warehouse' = 'lake/warehouse');
+        "{CATALOG};
          CREATE SCHEMA IF NOT EXISTS lake.shop;
          CREATE TABLE IF NOT EXISTS lake.shop.orders (order_id BIGINT, product STRING, amount DOUBLE,
            region STRING, order_time TIMESTAMP) PARTITIONED BY (region, days(order_time));
@@ -33,8 +35,7 @@ fn script(interval: &str) -> String {
 /// A routed job over drifting events: schemas and partition specs evolve within checkpoints.
 fn routed_script(interval: &str) -> String {
     format!(
-        "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql', \
-           'uri' = 'sqlite:lake/catalog.db', 'warehouse' = 'lake/warehouse');
+        "{CATALOG};
          CREATE SOURCE events WITH ('connector' = 'datagen', 'profile' = 'events',
            'number-of-rows' = '{ROWS}', 'events.drift-at' = '{}', 'rows-per-second' = '60000',
            'seed' = '9');
@@ -50,22 +51,20 @@ fn floe() -> Command {
     Command::new(env!("CARGO_BIN_EXE_floe"))
 }
 
-const CATALOG: &str = "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql', \
-                       'uri' = 'sqlite:lake/catalog.db', 'warehouse' = 'lake/warehouse')";
-
-/// The CSV output of `sql` against the lake in `dir`.
-fn query_csv(dir: &Path, sql: &str) -> String {
-    let out = floe()
-        .current_dir(dir)
-        .args(["-q", "--format", "csv", "-c", CATALOG, "-c", sql])
-        .output()
-        .unwrap();
+/// Run floe with `args` in `dir`; its output, after checking it succeeded.
+fn floe_ok(dir: &Path, args: &[&str]) -> String {
+    let out = floe().current_dir(dir).args(args).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The CSV output of `sql` against the lake in `dir`.
+fn query_csv(dir: &Path, sql: &str) -> String {
+    floe_ok(dir, &["-q", "--format", "csv", "-c", CATALOG, "-c", sql])
 }
 
 /// The routed tables' contents, summarised.
@@ -97,16 +96,7 @@ fn run_to_end(dir: &Path, interval: &str) {
 
 fn run_script_to_end(dir: &Path, script: &str) {
     std::fs::write(dir.join("job.sql"), script).unwrap();
-    let out = floe()
-        .current_dir(dir)
-        .args(["-q", "-f", "job.sql"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    floe_ok(dir, &["-q", "-f", "job.sql"]);
 }
 
 /// A small xorshift generator seeded from the clock; the seed is printed to reproduce.

@@ -6,40 +6,19 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
-use datafusion::arrow::util::pretty::pretty_format_batches;
 use floe::sink::{TableWriter, commit};
-use floe::{Output, Session};
+mod common;
+
+use common::{lake_session, rows};
 use iceberg::spec::{PrimitiveType, Type};
 use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
 use iceberg::{NamespaceIdent, TableIdent};
 
-fn catalog_sql(dir: &std::path::Path) -> String {
-    format!(
-        "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql', \
-         'uri' = 'sqlite:{0}/catalog.db', 'warehouse' = '{0}/warehouse')",
-        dir.display()
-    )
-}
-
-async fn query(session: &Session, sql: &str) -> String {
-    let out = session
-        .sql(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    match out.into_iter().last() {
-        Some(Output::Rows(_, batches)) => pretty_format_batches(&batches).unwrap().to_string(),
-        other => panic!("{sql}: no rows: {other:?}"),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn other_writers_are_visible_at_the_next_statement() {
     let dir = tempfile::tempdir().unwrap();
-    let reader = Session::new();
-    let writer = Session::new();
-    for s in [&reader, &writer] {
-        s.sql(&catalog_sql(dir.path())).await.unwrap();
-    }
+    let reader = lake_session(dir.path(), "").await;
+    let writer = lake_session(dir.path(), "").await;
     writer
         .sql("CREATE SCHEMA lake.db; CREATE TABLE lake.db.t (id BIGINT)")
         .await
@@ -47,7 +26,7 @@ async fn other_writers_are_visible_at_the_next_statement() {
 
     // The reader sees the table created by the writer, then each new snapshot.
     assert!(
-        query(&reader, "SELECT count(*) AS n FROM lake.db.t")
+        rows(&reader, "SELECT count(*) AS n FROM lake.db.t")
             .await
             .contains("| 0 |")
     );
@@ -56,7 +35,7 @@ async fn other_writers_are_visible_at_the_next_statement() {
         .await
         .unwrap();
     assert!(
-        query(&reader, "SELECT count(*) AS n FROM lake.db.t")
+        rows(&reader, "SELECT count(*) AS n FROM lake.db.t")
             .await
             .contains("| 2 |")
     );
@@ -67,12 +46,12 @@ async fn other_writers_are_visible_at_the_next_statement() {
         .await
         .unwrap();
     assert!(
-        query(&reader, "SELECT x FROM lake.db.u")
+        rows(&reader, "SELECT x FROM lake.db.u")
             .await
             .contains("| new |")
     );
     assert!(
-        query(&reader, "SHOW TABLES IN lake.db")
+        rows(&reader, "SHOW TABLES IN lake.db")
             .await
             .contains("| u ")
     );
@@ -112,7 +91,7 @@ async fn other_writers_are_visible_at_the_next_statement() {
         .await
         .unwrap();
 
-    let rows = query(&reader, "SELECT id, note FROM lake.db.t ORDER BY id").await;
+    let rows = rows(&reader, "SELECT id, note FROM lake.db.t ORDER BY id").await;
     let expected = "\
 +----+-------+
 | id | note  |

@@ -3,26 +3,25 @@
 
 use std::time::{Duration, Instant};
 
-use datafusion::arrow::util::pretty::pretty_format_batches;
-use floe::{Output, Session};
+mod common;
+
+use common::{lake_session, rows};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_state_store_is_retried_without_loss() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().display();
-    let session = Session::new();
-    session
-        .sql(&format!(
-            "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql', \
-             'uri' = 'sqlite:{d}/catalog.db', 'warehouse' = '{d}/warehouse');
-             CREATE SCHEMA lake.r; CREATE TABLE lake.r.t (order_id BIGINT);
+    let session = lake_session(
+        dir.path(),
+        &format!(
+            "CREATE SCHEMA lake.r; CREATE TABLE lake.r.t (order_id BIGINT);
              CREATE SOURCE gen WITH ('connector' = 'datagen', 'profile' = 'orders',
                'number-of-rows' = '30000', 'rows-per-second' = '20000');
              SET 'state.dir' = '{d}/state'; SET 'pipeline.name' = 'flaky';
              SET 'checkpoint.interval' = '100ms';"
-        ))
-        .await
-        .unwrap();
+        ),
+    )
+    .await;
     // The job's state folder is taken by a file: every checkpoint fails until it goes.
     std::fs::create_dir_all(dir.path().join("state")).unwrap();
     let blocker = dir.path().join("state/flaky");
@@ -55,13 +54,10 @@ async fn a_failing_state_store_is_retried_without_loss() {
     assert!(failures.is_empty(), "{failures:?}");
     assert_eq!(jobs.rows()[0].state, "finished");
 
-    let out = session
-        .sql("SELECT count(*) AS n, count(DISTINCT order_id) AS ids FROM lake.r.t")
-        .await
-        .unwrap();
-    let Some(Output::Rows(_, batches)) = out.into_iter().last() else {
-        panic!("no rows")
-    };
-    let text = pretty_format_batches(&batches).unwrap().to_string();
+    let text = rows(
+        &session,
+        "SELECT count(*) AS n, count(DISTINCT order_id) AS ids FROM lake.r.t",
+    )
+    .await;
     assert!(text.contains("| 30000 | 30000 |"), "{text}");
 }

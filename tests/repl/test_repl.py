@@ -297,37 +297,30 @@ def test_banner_prompt_and_query(repl: Repl) -> None:
     repl.run("SELECT 'x' || 'y' AS xy;", cell("xy"), cell("xy"))
 
 
-def test_multiline_statement_runs_at_semicolon(repl: Repl) -> None:
-    repl.line("SELECT")
-    repl.expect_nothing(FINISHED, 1.0, "`SELECT` without ';' must not run")
-    repl.line("  42 AS answer")
-    repl.expect_nothing(FINISHED, 1.0, "`SELECT\\n  42 AS answer` without ';' must not run")
+@pytest.mark.parametrize(
+    "pending, last, cells",
+    [
+        # Nothing runs until the ';'.
+        (["SELECT", "  42 AS answer"], ";", ["answer", "42"]),
+        # A ';' inside an open string does not end the statement; the string keeps its
+        # newline, so the table shows it as two lines.
+        (["SELECT 'a;"], "b' AS s;", ["s", "a;", "b"]),
+        # Nor does a ';' inside a -- comment.
+        (["SELECT 7 AS seven -- not the end;"], ";", ["seven", "7"]),
+    ],
+    ids=["multi-line", "semicolon-in-string", "semicolon-in-comment"],
+)
+def test_a_statement_runs_only_when_complete(
+    repl: Repl, pending: list[str], last: str, cells: list[str]
+) -> None:
+    for line in pending:
+        repl.line(line)
+        repl.expect_nothing(FINISHED, 1.0, f"{line!r} must not end the statement")
     assert repl.child.isalive()
-    repl.line(";")
-    repl.expect(cell("answer"))
-    repl.expect(cell("42"))
+    repl.line(last)
+    for text in cells:
+        repl.expect(cell(text))
     repl.expect(r"1 row\(s\) fetched")
-    repl.expect_prompt()
-
-
-def test_semicolon_inside_string_spanning_lines(repl: Repl) -> None:
-    repl.line("SELECT 'a;")
-    repl.expect_nothing(FINISHED, 1.0, "a ';' inside an open string must not end the statement")
-    repl.line("b' AS s;")
-    repl.expect(cell("s"))
-    # The string keeps its newline: the table shows it as two lines.
-    repl.expect(cell("a;"))
-    repl.expect(cell("b"))
-    repl.expect(r"1 row\(s\) fetched")
-    repl.expect_prompt()
-
-
-def test_semicolon_inside_comment_does_not_end_statement(repl: Repl) -> None:
-    repl.line("SELECT 7 AS seven -- not the end;")
-    repl.expect_nothing(FINISHED, 1.0, "a ';' inside a -- comment must not end the statement")
-    repl.line(";")
-    repl.expect(cell("seven"))
-    repl.expect(cell("7"))
     repl.expect_prompt()
 
 

@@ -1,0 +1,44 @@
+//! Helpers shared by the integration tests that drive a `Session` directly.
+
+#![allow(dead_code)] // each test binary uses its own subset
+
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use floe::{Output, Session};
+
+/// `CREATE CATALOG lake` on a sqlite catalog and a warehouse under `dir`.
+pub fn lake_ddl(dir: &std::path::Path) -> String {
+    format!(
+        "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql', \
+         'uri' = 'sqlite:{0}/catalog.db', 'warehouse' = '{0}/warehouse')",
+        dir.display()
+    )
+}
+
+/// A session with the lake catalog of `dir`, after running `setup`.
+pub async fn lake_session(dir: &std::path::Path, setup: &str) -> Session {
+    let session = Session::new();
+    session
+        .sql(&lake_ddl(dir))
+        .await
+        .unwrap_or_else(|e| panic!("catalog: {e}"));
+    if !setup.is_empty() {
+        session
+            .sql(setup)
+            .await
+            .unwrap_or_else(|e| panic!("{setup}: {e}"));
+    }
+    session
+}
+
+/// The rows of the last statement of `sql`, as a pretty table.
+pub async fn rows(session: &Session, sql: &str) -> String {
+    match session
+        .sql(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .pop()
+    {
+        Some(Output::Rows(_, b)) => pretty_format_batches(&b).unwrap().to_string(),
+        other => panic!("{sql}: no rows: {other:?}"),
+    }
+}
