@@ -6,9 +6,11 @@ use std::sync::{Arc, RwLock};
 
 use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::TableProvider;
 use datafusion::catalog::{CatalogProvider, CatalogProviderList};
+use datafusion::datasource::MemTable;
 use datafusion::execution::context::SessionContext;
-use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::prelude::SessionConfig;
 use datafusion::sql::parser::{DFParserBuilder, Statement as DFStatement};
 use datafusion::sql::sqlparser::ast::{Ident, ObjectName, Set, Statement as SQLStatement};
@@ -26,15 +28,17 @@ use crate::checkpoint::StateStore;
 use crate::config::{FloeOptions, qualify_setting};
 use crate::connector::{SourceDef, SourceRef};
 use crate::error::{Error, Result};
+use crate::format::infer::{conform, merge_schemas};
 use crate::sink::route::{ROUTE_COLUMN, RouteOptions};
 use crate::sql::parser::name_parts;
 use crate::sql::statement::*;
 use crate::sql::{Options, Statement, parse_sql};
 use crate::stream::job::Destination;
+use crate::stream::source_table::preview;
 use crate::stream::watermark::{WatermarkDef, WatermarkTracker};
-use crate::stream::{ContinuousQuery, Job, JobStatus, Jobs, SourceTable, Target, sources_of};
+use crate::stream::{ContinuousQuery, Job, JobStatus, Jobs, QueryPlanner, SourceTable, Target};
 use datafusion::datasource::source_as_provider;
-use datafusion::logical_expr::{DmlStatement, LogicalPlan, WriteOp};
+use datafusion::logical_expr::LogicalPlan;
 
 /// What a statement produced.
 #[derive(Debug)]
@@ -333,7 +337,11 @@ impl Session {
             .collect();
         let columns = sources
             .values()
-            .map(|d| d.schema.fields().len().to_string())
+            .map(|d| match (d.is_inferred(), d.schema.fields().len()) {
+                (false, n) => n.to_string(),
+                (true, 0) => "inferred".to_string(),
+                (true, n) => format!("inferred + {n}"),
+            })
             .collect();
         string_rows(
             &["source_name", "connector", "columns"],
@@ -354,6 +362,11 @@ impl Session {
                 ))
             })?;
         let mut cols: [Vec<String>; 3] = Default::default();
+        if def.is_inferred() {
+            cols[0].push("# Columns".to_string());
+            cols[1].push("inferred from each JSON record".to_string());
+            cols[2].push(String::new());
+        }
         for f in def.schema.fields() {
             cols[0].push(f.name().clone());
             cols[1].push(f.data_type().to_string());
@@ -437,8 +450,17 @@ impl Session {
         Ok(Output::Rows(schema, vec![batch]))
     }
 
-    /// Start the continuous job for `INSERT INTO target <input>`, where `input` reads sources.
-    async fn start_job(&self, dml: &DmlStatement) -> Result<Output> {
+    /// Start the continuous job for `stmt`, an `INSERT INTO target SELECT ...` that reads
+    /// sources.
+    async fn start_job(&self, stmt: DFStatement) -> Result<Output> {
+        let planner = QueryPlanner::new(self.ctx.state(), stmt);
+        let (query, plan) = ContinuousQuery::try_new(planner, &self.sources()).await?;
+        let LogicalPlan::Dml(dml) = &plan else {
+            return Err(Error::Internal(format!(
+                "a continuous INSERT planned as {}",
+                plan.display()
+            )));
+        };
         let provider = source_as_provider(&dml.target)?;
         let lake = provider
             .as_any()
@@ -462,7 +484,6 @@ impl Session {
             committer: self.committer(&catalog_name),
             destination: Destination::Table(ident),
         };
-        let query = ContinuousQuery::try_new(&dml.input).await?;
         self.launch_job(target, query).await
     }
 
@@ -483,15 +504,15 @@ impl Session {
         let stmt = DFParserBuilder::new(sql.as_str())
             .build()?
             .parse_statement()?;
-        let plan = self.ctx.state().statement_to_plan(stmt).await?;
-        if sources_of(&plan).is_empty() {
+        if self.sources_read_by(&stmt).is_empty() {
             return Err(Error::Plan(
                 "ROUTE BY runs as a continuous job: its SELECT must read a source (CREATE \
                  SOURCE); to copy a table, INSERT INTO each target table"
                     .to_string(),
             ));
         }
-        let query = ContinuousQuery::try_new(&plan).await?;
+        let planner = QueryPlanner::new(self.ctx.state(), stmt);
+        let (query, _) = ContinuousQuery::try_new(planner, &self.sources()).await?;
         let target = Target {
             catalog_name: catalog_name.clone(),
             catalog,
@@ -499,6 +520,52 @@ impl Session {
             destination: Destination::Routed { namespace, options },
         };
         self.launch_job(target, query).await
+    }
+
+    /// The declared sources, by name.
+    fn sources(&self) -> BTreeMap<String, SourceRef> {
+        self.sources.read().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    /// The declared sources `stmt` names.
+    fn sources_read_by(&self, stmt: &DFStatement) -> Vec<SourceRef> {
+        let (catalog, schema) = self.defaults();
+        let sources = self.sources();
+        let Ok(references) = self.ctx.state().resolve_table_references(stmt) else {
+            return Vec::new();
+        };
+        references
+            .iter()
+            .filter(|r| {
+                r.schema().is_none_or(|s| s == schema) && r.catalog().is_none_or(|c| c == catalog)
+            })
+            .filter_map(|r| sources.get(r.table()).cloned())
+            .collect()
+    }
+
+    /// Plan `stmt`, which reads sources whose columns are inferred, over a preview of each:
+    /// its first records (see [`preview`]), in one schema that all their shapes fit.
+    async fn plan_over_previews(
+        &self,
+        state: SessionState,
+        stmt: DFStatement,
+        sources: Vec<SourceRef>,
+    ) -> Result<LogicalPlan> {
+        let mut tables: BTreeMap<String, Arc<dyn TableProvider>> = BTreeMap::new();
+        for source in sources.iter().filter(|s| s.is_inferred()) {
+            let batches = preview(source, None).await?;
+            let schema = merge_schemas(batches.iter().map(|b| b.schema_ref()));
+            let batches = batches
+                .iter()
+                .map(|b| conform(b, &schema))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| Error::Internal(format!("previewing {}: {e}", source.name)))?;
+            tables.insert(
+                source.name.clone(),
+                Arc::new(MemTable::try_new(schema, vec![batches])?),
+            );
+        }
+        Ok(QueryPlanner::new(state, stmt).plan(tables).await?.plan)
     }
 
     fn committer(&self, catalog: &str) -> Option<Arc<Committer>> {
@@ -561,14 +628,18 @@ impl Session {
 
     async fn run_datafusion(&self, mut stmt: DFStatement) -> Result<Output> {
         qualify_set(&mut stmt);
-        let state = self.ctx.state();
-        let plan = state.statement_to_plan(stmt).await?;
-        if let LogicalPlan::Dml(dml) = &plan
-            && matches!(dml.op, WriteOp::Insert(_))
-            && !sources_of(&dml.input).is_empty()
-        {
-            return self.start_job(dml).await;
+        let is_insert =
+            matches!(&stmt, DFStatement::Statement(s) if matches!(**s, SQLStatement::Insert(_)));
+        let sources = self.sources_read_by(&stmt);
+        if is_insert && !sources.is_empty() {
+            return self.start_job(stmt).await;
         }
+        let state = self.ctx.state();
+        let plan = if sources.iter().any(|s| s.is_inferred()) {
+            self.plan_over_previews(state, stmt, sources).await?
+        } else {
+            state.statement_to_plan(stmt).await?
+        };
         let df = self.ctx.execute_logical_plan(plan).await?;
         let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
         let batches = df.collect().await?;

@@ -445,21 +445,24 @@ mod tests {
     #[tokio::test]
     async fn replays_from_an_offset_are_identical() {
         let mut a = reader(&[("number-of-rows", "100"), ("seed", "7")]);
-        let Poll::Records { batch: first, .. } = a.poll(60).await.unwrap() else {
+        let Poll::Records { batches: first, .. } = a.poll(60).await.unwrap() else {
             panic!()
         };
-        let Poll::Records { batch: rest, .. } = a.poll(60).await.unwrap() else {
+        let first = crate::connector::concat(&first);
+        let Poll::Records { batches: rest, .. } = a.poll(60).await.unwrap() else {
             panic!()
         };
+        let rest = crate::connector::concat(&rest);
         assert_eq!(first.num_rows() + rest.num_rows(), 100);
         assert!(matches!(a.poll(60).await.unwrap(), Poll::Finished));
 
         let mut b = reader(&[("number-of-rows", "100"), ("seed", "7")]);
         b.seek(&Offsets::from([("0".to_string(), "60".to_string())]))
             .unwrap();
-        let Poll::Records { batch: again, .. } = b.poll(60).await.unwrap() else {
+        let Poll::Records { batches: again, .. } = b.poll(60).await.unwrap() else {
             panic!()
         };
+        let again = crate::connector::concat(&again);
         assert_eq!(again, rest);
     }
 
@@ -470,12 +473,14 @@ mod tests {
             ("number-of-rows", "2000"),
             ("events.drift-at", "1000"),
         ]);
-        let Poll::Records { batch: early, .. } = r.poll(1000).await.unwrap() else {
+        let Poll::Records { batches: early, .. } = r.poll(1000).await.unwrap() else {
             panic!()
         };
-        let Poll::Records { batch: late, .. } = r.poll(1000).await.unwrap() else {
+        let early = crate::connector::concat(&early);
+        let Poll::Records { batches: late, .. } = r.poll(1000).await.unwrap() else {
             panic!()
         };
+        let late = crate::connector::concat(&late);
         let col = |b: &RecordBatch, n: &str| b.column_by_name(n).unwrap().clone();
         assert_eq!(
             col(&early, "user_agent").null_count(),
@@ -500,7 +505,8 @@ mod tests {
         let start = Instant::now();
         let mut n = 0;
         while n < 100 {
-            if let Poll::Records { batch: b, .. } = r.poll(1000).await.unwrap() {
+            if let Poll::Records { batches: b, .. } = r.poll(1000).await.unwrap() {
+                let b = crate::connector::concat(&b);
                 n += b.num_rows();
             }
         }

@@ -21,10 +21,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 
-use super::{Offsets, Poll, Reject, SourceReader, data_schema, with_metadata};
+use super::{Offsets, Poll, Reject, SourceReader, data_schema, source_rows};
 use crate::error::{Error, Result};
 use crate::format::{Decoder, Format};
 use crate::sql::Options;
@@ -131,12 +131,7 @@ impl FilesystemReader {
 
     /// Decode `lines` (starting at 0-based line `first_line` of `file`); lines that do not
     /// decode are returned as rejects, the others as a batch with metadata columns.
-    fn decode(
-        &self,
-        file: &str,
-        first_line: u64,
-        lines: &[String],
-    ) -> Result<(RecordBatch, Vec<Reject>)> {
+    fn decode(&self, file: &str, first_line: u64, lines: &[String]) -> Result<Poll> {
         let records: Vec<&[u8]> = lines.iter().map(|l| l.as_bytes()).collect();
         let decoded = self.options.decoder.decode(&records)?;
         let number = |i: usize| first_line + i as u64 + 1;
@@ -150,15 +145,15 @@ impl FilesystemReader {
                 error: format!("{file} line {}: cannot decode the record: {e}", number(*i)),
             })
             .collect();
-        let n = decoded.batch.num_rows();
-        let batch = with_metadata(&self.schema, &decoded.batch, |name| match name {
-            FILE_COLUMN => Some(Arc::new(StringArray::from(vec![file; n])) as ArrayRef),
+        let inferred = self.options.decoder.is_inferred();
+        let batches = source_rows(&self.schema, &decoded, inferred, |name, rows| match name {
+            FILE_COLUMN => Some(Arc::new(StringArray::from(vec![file; rows.len()])) as ArrayRef),
             LINE_COLUMN => Some(Arc::new(Int64Array::from_iter_values(
-                decoded.rows.iter().map(|&i| number(i) as i64),
+                rows.iter().map(|&i| number(i) as i64),
             )) as ArrayRef),
             _ => None,
         })?;
-        Ok((batch, rejects))
+        Ok(Poll::Records { batches, rejects })
     }
 }
 
@@ -196,12 +191,12 @@ impl SourceReader for FilesystemReader {
         };
         let done = self.consumed.get(&file).copied().unwrap_or(0) as usize;
         let end = (done + max_rows.max(1)).min(lines.len());
-        let (batch, rejects) = self.decode(&file, done as u64, &lines[done..end])?;
+        let poll = self.decode(&file, done as u64, &lines[done..end])?;
         self.consumed.insert(file.clone(), end as u64);
         if end < lines.len() {
             self.current = Some((file, lines));
         }
-        Ok(Poll::Records { batch, rejects })
+        Ok(poll)
     }
 
     fn offsets(&self) -> Offsets {
@@ -265,8 +260,10 @@ mod tests {
         let mut out: Vec<i64> = Vec::new();
         loop {
             match r.poll(max).await.unwrap() {
-                Poll::Records { batch: b, .. } => {
-                    out.extend(b.column(0).as_primitive::<Int64Type>().values())
+                Poll::Records { batches, .. } => {
+                    for b in batches {
+                        out.extend(b.column(0).as_primitive::<Int64Type>().values())
+                    }
                 }
                 _ => return out,
             }
@@ -301,9 +298,14 @@ mod tests {
         )
         .unwrap();
         let mut r = reader(dir.path(), "json", &[]);
-        let Poll::Records { batch, rejects } = r.poll(10).await.unwrap() else {
+        let Poll::Records {
+            batches: batch,
+            rejects,
+        } = r.poll(10).await.unwrap()
+        else {
             panic!()
         };
+        let batch = crate::connector::concat(&batch);
         assert_eq!(
             batch.column(0).as_primitive::<Int64Type>().values(),
             &[1, 4]
@@ -329,16 +331,18 @@ mod tests {
         std::fs::write(dir.path().join("1.json"), "{\"id\": 1, \"name\": \"a\"}\n").unwrap();
         let mut r = reader(dir.path(), "json", &[("source.monitor-interval", "10ms")]);
         assert!(!r.is_bounded());
-        let Poll::Records { batch: b, .. } = r.poll(10).await.unwrap() else {
+        let Poll::Records { batches: b, .. } = r.poll(10).await.unwrap() else {
             panic!()
         };
+        let b = crate::connector::concat(&b);
         assert_eq!(b.num_rows(), 1);
         assert_eq!(b.column(2).as_primitive::<Int64Type>().value(0), 1, "_line");
         assert!(matches!(r.poll(10).await.unwrap(), Poll::Idle));
         std::fs::write(dir.path().join("2.json"), "{\"id\": 2}\n{\"id\": 3}\n").unwrap();
         let mut got: Vec<i64> = Vec::new();
         for _ in 0..100 {
-            if let Poll::Records { batch: b, .. } = r.poll(10).await.unwrap() {
+            if let Poll::Records { batches: b, .. } = r.poll(10).await.unwrap() {
+                let b = crate::connector::concat(&b);
                 got.extend(b.column(0).as_primitive::<Int64Type>().values());
             }
             if got.len() == 2 {

@@ -17,10 +17,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 
 use crate::error::{Error, Result};
+use crate::format::Decoded;
 use crate::sql::Options;
 
 /// How far a reader got, per partition: the position to resume from, in the connector's
@@ -46,8 +47,9 @@ pub struct Reject {
 pub enum Poll {
     /// Decoded records and the ones that could not be decoded; the two together are what
     /// the poll consumed (the batch may have no rows when every record was rejected).
+    /// (An inferred source gives one batch per record shape; a declared one, one batch.)
     Records {
-        batch: RecordBatch,
+        batches: Vec<RecordBatch>,
         rejects: Vec<Reject>,
     },
     /// Nothing right now; poll again later.
@@ -60,7 +62,7 @@ impl Poll {
     /// Decoded records, none rejected.
     pub fn batch(batch: RecordBatch) -> Self {
         Poll::Records {
-            batch,
+            batches: vec![batch],
             rejects: Vec::new(),
         }
     }
@@ -121,14 +123,11 @@ impl SourceDef {
     /// Build a source from its declared columns (may be empty) and `WITH` options.
     pub fn try_new(name: &str, declared: Option<SchemaRef>, mut options: Options) -> Result<Self> {
         let connector = options.require_str("connector")?;
-        // Until JSON schema inference lands, every connector but datagen needs columns.
-        let declared_for = |example: &str| {
-            declared.clone().ok_or_else(|| {
-                Error::Plan(format!(
-                    "source {name}: the {connector} connector needs declared columns, e.g. \
-                     CREATE SOURCE {name} ({example}) WITH (...)"
-                ))
-            })
+        // No columns declared: a JSON decoder infers them per record.
+        let declared_or_inferred = || {
+            declared
+                .clone()
+                .unwrap_or_else(|| Arc::new(Schema::empty()))
         };
         let (schema, connector) = match connector.as_str() {
             "datagen" => {
@@ -136,17 +135,17 @@ impl SourceDef {
                 (schema, Connector::Datagen(o))
             }
             "filesystem" => {
-                let schema = declared_for("id BIGINT, name STRING")?;
+                let schema = declared_or_inferred();
                 let o = filesystem::FilesystemOptions::try_new(&schema, &mut options)?;
                 (schema, Connector::Filesystem(o))
             }
             "kafka" => {
-                let schema = declared_for("id BIGINT, kind STRING, _offset BIGINT")?;
+                let schema = declared_or_inferred();
                 let o = kafka::KafkaOptions::try_new(&schema, &mut options)?;
                 (schema, Connector::Kafka(o))
             }
             "kinesis" => {
-                let schema = declared_for("id BIGINT, _sequence STRING")?;
+                let schema = declared_or_inferred();
                 let o = kinesis::KinesisOptions::try_new(&schema, &mut options)?;
                 (schema, Connector::Kinesis(o))
             }
@@ -173,6 +172,17 @@ impl SourceDef {
             Connector::Filesystem(_) => "filesystem",
             Connector::Kafka(_) => "kafka",
             Connector::Kinesis(_) => "kinesis",
+        }
+    }
+
+    /// Whether the source's data columns are inferred from each record (JSON with no
+    /// declared data columns): its `schema` then holds only the metadata columns declared.
+    pub fn is_inferred(&self) -> bool {
+        match &self.connector {
+            Connector::Datagen(_) => false,
+            Connector::Filesystem(o) => o.decoder.is_inferred(),
+            Connector::Kafka(o) => o.decoder.is_inferred(),
+            Connector::Kinesis(o) => o.decoder.is_inferred(),
         }
     }
 
@@ -222,25 +232,50 @@ pub fn data_schema(schema: &SchemaRef, metadata: &[(&str, DataType)]) -> Result<
     )))
 }
 
-/// The source's rows: decoded columns from `data`, metadata columns from `metadata`.
-pub fn with_metadata(
+/// The source's rows from `decoded`, one batch per group: the decoded columns, and the
+/// metadata columns `metadata` builds for the group's records (given their indices in the
+/// input). Declared columns come in their declared order; inferred ones come first, followed
+/// by the declared metadata columns.
+pub fn source_rows(
     schema: &SchemaRef,
-    data: &RecordBatch,
-    metadata: impl Fn(&str) -> Option<ArrayRef>,
-) -> Result<RecordBatch> {
-    let columns = schema
-        .fields()
-        .iter()
-        .map(|f| {
-            data.column_by_name(f.name())
-                .cloned()
-                .or_else(|| metadata(f.name()))
-                .ok_or_else(|| Error::Internal(format!("no values for column {}", f.name())))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    RecordBatch::try_new(schema.clone(), columns)
-        .map_err(|e| Error::Internal(format!("source batch: {e}")))
+    decoded: &Decoded,
+    inferred: bool,
+    metadata: impl Fn(&str, &[usize]) -> Option<ArrayRef>,
+) -> Result<Vec<RecordBatch>> {
+    let mut out = Vec::with_capacity(decoded.groups.len());
+    for group in &decoded.groups {
+        let data = &group.batch;
+        let schema = if inferred {
+            let data_schema = data.schema();
+            let fields = data_schema.fields().iter().chain(schema.fields()).cloned();
+            Arc::new(Schema::new(fields.collect::<Vec<_>>()))
+        } else {
+            schema.clone()
+        };
+        let columns = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                data.column_by_name(f.name())
+                    .cloned()
+                    .or_else(|| metadata(f.name(), &group.rows))
+                    .ok_or_else(|| Error::Internal(format!("no values for column {}", f.name())))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let options = RecordBatchOptions::new().with_row_count(Some(data.num_rows()));
+        out.push(
+            RecordBatch::try_new_with_options(schema, columns, &options)
+                .map_err(|e| Error::Internal(format!("source batch: {e}")))?,
+        );
+    }
+    Ok(out)
 }
 
 /// Shared handle to a source definition.
 pub type SourceRef = Arc<SourceDef>;
+
+/// The batches of a poll as one (they share a schema when the columns are declared).
+#[cfg(test)]
+pub fn concat(batches: &[RecordBatch]) -> RecordBatch {
+    datafusion::arrow::compute::concat_batches(&batches[0].schema(), batches).unwrap()
+}

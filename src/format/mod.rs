@@ -1,17 +1,22 @@
 //! Record formats: bytes of one record each, decoded into Arrow columns.
 //!
 //! ```text
-//! 'format' = 'json'    one JSON object per record, into the declared columns
+//! 'format' = 'json'    one JSON object per record, into the declared columns, or, when the
+//!                      source declares none, into columns inferred per record (see infer)
 //! 'format' = 'csv'     one CSV line per record ('csv.delimiter', default ',')
 //! 'format' = 'raw'     the whole record into the one declared column (STRING or BYTES)
 //! ```
 //!
 //! Decoding is columnar (arrow-json / arrow-csv over the whole poll). Only when a poll holds a
 //! bad record are its records decoded one by one, to keep the good ones and reject the bad
-//! ones with their reason.
+//! ones with their reason. Inferred records are first grouped by shape, then each group is
+//! decoded the same way into its own schema.
 
+pub mod infer;
+
+use std::collections::HashMap;
 use std::io::Cursor;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::array::{ArrayRef, BinaryArray, RecordBatch, StringArray};
 use datafusion::arrow::compute::concat_batches;
@@ -19,6 +24,7 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 
 use crate::error::{Error, Result};
 use crate::sql::Options;
+use infer::{ShapeCache, record_shape, shape_key};
 
 /// How records are laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,30 +34,68 @@ pub enum Format {
     Raw,
 }
 
-/// Decodes records of one format into a fixed schema.
+/// Decodes records of one format into the declared schema, or into a schema per record
+/// shape when the schema is inferred.
 #[derive(Debug, Clone)]
 pub struct Decoder {
     format: Format,
     schema: SchemaRef,
+    /// Set when the columns are inferred from each record.
+    inference: Option<Inference>,
 }
 
-/// What a decode produced: a batch of the good records, which input records they are, and
-/// the bad ones with their errors.
+/// Per-record schema inference for JSON.
+#[derive(Debug, Clone)]
+struct Inference {
+    /// `'json.timestamp-inference'`: strings that read as timestamps become timestamps.
+    timestamps: bool,
+    shapes: Arc<Mutex<ShapeCache>>,
+}
+
+/// What a decode produced: the good records in groups of one schema each (one group when the
+/// schema is declared), and the bad ones with their errors.
 #[derive(Debug)]
 pub struct Decoded {
-    pub batch: RecordBatch,
-    /// Index in the input of each row of `batch`.
-    pub rows: Vec<usize>,
+    pub groups: Vec<Group>,
     /// Index in the input and error of each record that did not decode.
     pub errors: Vec<(usize, String)>,
 }
 
+/// Records of one schema.
+#[derive(Debug)]
+pub struct Group {
+    pub batch: RecordBatch,
+    /// Index in the input of each row of `batch`.
+    pub rows: Vec<usize>,
+}
+
 impl Decoder {
-    /// A decoder for the `'format'` option (and its own options) into `schema`.
+    /// A decoder for the `'format'` option (and its own options) into `schema`; with no
+    /// columns in `schema`, a JSON decoder infers them per record.
     pub fn try_new(format: &str, options: &mut Options, schema: SchemaRef) -> Result<Self> {
+        let timestamps = options.take_bool("json.timestamp-inference")?;
+        let inferred = format == "json" && schema.fields().is_empty();
+        if timestamps.is_some() && !inferred {
+            return Err(Error::Option(
+                "'json.timestamp-inference' applies to JSON sources whose columns are \
+                 inferred (declare no data columns); declared columns have their types"
+                    .to_string(),
+            ));
+        }
+        let inference = inferred.then(|| Inference {
+            timestamps: timestamps.unwrap_or(false),
+            shapes: Arc::default(),
+        });
         let format = match format {
             "json" => Format::Json,
             "csv" => {
+                if schema.fields().is_empty() {
+                    return Err(Error::Plan(
+                        "'format' = 'csv' needs declared columns, e.g. (id BIGINT, name \
+                         STRING); only 'json' infers them"
+                            .to_string(),
+                    ));
+                }
                 let delimiter = match options.take_str("csv.delimiter") {
                     None => b',',
                     Some(d) if d.len() == 1 => d.as_bytes()[0],
@@ -83,7 +127,16 @@ impl Decoder {
                 )));
             }
         };
-        Ok(Self { format, schema })
+        Ok(Self {
+            format,
+            schema,
+            inference,
+        })
+    }
+
+    /// Whether the columns are inferred from each record.
+    pub fn is_inferred(&self) -> bool {
+        self.inference.is_some()
     }
 
     /// The format.
@@ -93,106 +146,157 @@ impl Decoder {
 
     /// Decode `records`.
     pub fn decode(&self, records: &[&[u8]]) -> Result<Decoded> {
-        if let Ok(batch) = self.decode_all(records) {
+        let Some(inference) = &self.inference else {
+            let (group, errors) = decode_group(self.format, &self.schema, records, |i| i)?;
             return Ok(Decoded {
-                batch,
-                rows: (0..records.len()).collect(),
-                errors: Vec::new(),
+                groups: vec![group],
+                errors,
             });
-        }
-        let mut good = Vec::new();
-        let mut rows = Vec::new();
+        };
+        // Group the records by shape, in order of first appearance.
         let mut errors = Vec::new();
-        for (i, r) in records.iter().enumerate() {
-            match self.decode_all(std::slice::from_ref(r)) {
-                Ok(b) => {
-                    good.push(b);
-                    rows.push(i);
+        let mut groups: Vec<(SchemaRef, Vec<usize>)> = Vec::new();
+        let mut by_key: HashMap<SchemaRef, usize> = HashMap::new();
+        let mut key = String::new();
+        {
+            let mut shapes = inference
+                .shapes
+                .lock()
+                .map_err(|_| Error::Internal("shape cache lock poisoned".into()))?;
+            for (i, r) in records.iter().enumerate() {
+                match record_shape(r, inference.timestamps) {
+                    Ok(fields) => {
+                        shape_key(&fields, &mut key);
+                        let schema = shapes.schema(&key, &fields);
+                        let g = *by_key.entry(schema.clone()).or_insert_with(|| {
+                            groups.push((schema, Vec::new()));
+                            groups.len() - 1
+                        });
+                        groups[g].1.push(i);
+                    }
+                    Err(e) => errors.push((i, e)),
                 }
-                Err(e) => errors.push((i, e)),
             }
         }
-        let batch = concat_batches(&self.schema, &good)
-            .map_err(|e| Error::Internal(format!("joining decoded records: {e}")))?;
+        let mut out = Vec::with_capacity(groups.len());
+        for (schema, rows) in groups {
+            let these: Vec<&[u8]> = rows.iter().map(|&i| records[i]).collect();
+            let (mut group, bad) = decode_group(self.format, &schema, &these, |j| rows[j])?;
+            errors.extend(bad);
+            group.rows = group.rows.iter().map(|&j| rows[j]).collect();
+            out.push(group);
+        }
+        errors.sort_by_key(|(i, _)| *i);
         Ok(Decoded {
-            batch,
-            rows,
+            groups: out,
             errors,
         })
     }
+}
 
-    fn decode_all(&self, records: &[&[u8]]) -> std::result::Result<RecordBatch, String> {
-        let rows = records.len().max(1);
-        let mut batches = Vec::new();
-        match self.format {
-            Format::Json => {
-                // One more than the records: a record holding two objects overflows it.
-                let mut decoder = datafusion::arrow::json::ReaderBuilder::new(self.schema.clone())
-                    .with_batch_size(rows + 1)
-                    .build_decoder()
-                    .map_err(|e| e.to_string())?;
-                for r in records {
-                    let text = std::str::from_utf8(r).map_err(|e| e.to_string())?;
-                    if text.trim().is_empty() {
-                        return Err("empty record".to_string());
-                    }
-                    let mut buf = text.as_bytes();
-                    while !buf.is_empty() {
-                        let n = decoder.decode(buf).map_err(|e| e.to_string())?;
-                        if n == 0 {
-                            return Err("a record holds more than one JSON value".to_string());
-                        }
-                        buf = &buf[n..];
-                    }
-                    // One record each: a record that is not a whole object fails here.
-                    decoder.decode(b"\n").map_err(|e| e.to_string())?;
-                }
-                if let Some(b) = decoder.flush().map_err(|e| e.to_string())? {
-                    batches.push(b);
-                }
-            }
-            Format::Csv { delimiter } => {
-                let mut text = Vec::new();
-                for r in records {
-                    text.extend_from_slice(r);
-                    text.push(b'\n');
-                }
-                let reader = datafusion::arrow::csv::ReaderBuilder::new(self.schema.clone())
-                    .with_header(false)
-                    .with_delimiter(delimiter)
-                    .with_batch_size(rows)
-                    .build(Cursor::new(text))
-                    .map_err(|e| e.to_string())?;
-                for b in reader {
-                    batches.push(b.map_err(|e| e.to_string())?);
-                }
-            }
-            Format::Raw => {
-                let column: ArrayRef = match self.schema.field(0).data_type() {
-                    DataType::Utf8 => Arc::new(StringArray::from_iter_values(
-                        records
-                            .iter()
-                            .map(|r| std::str::from_utf8(r).map_err(|e| e.to_string()))
-                            .collect::<std::result::Result<Vec<_>, _>>()?,
-                    )),
-                    _ => Arc::new(BinaryArray::from_iter_values(records.iter())),
-                };
-                batches.push(
-                    RecordBatch::try_new(self.schema.clone(), vec![column])
-                        .map_err(|e| e.to_string())?,
-                );
-            }
-        }
-        let batch = concat_batches(&self.schema, &batches).map_err(|e| e.to_string())?;
-        if batch.num_rows() != records.len() {
-            return Err(format!(
-                "{} records decoded into {} rows",
-                records.len(),
-                batch.num_rows()
-            ));
-        }
-        Ok(batch)
+/// Decode `records` into `schema`: all at once, or one by one when some are bad. Errors carry
+/// the index `index` gives each record.
+fn decode_group(
+    format: Format,
+    schema: &SchemaRef,
+    records: &[&[u8]],
+    index: impl Fn(usize) -> usize,
+) -> Result<(Group, Vec<(usize, String)>)> {
+    if let Ok(batch) = decode_all(format, schema, records) {
+        let rows = (0..records.len()).collect();
+        return Ok((Group { batch, rows }, Vec::new()));
     }
+    let mut good = Vec::new();
+    let mut rows = Vec::new();
+    let mut errors = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        match decode_all(format, schema, std::slice::from_ref(r)) {
+            Ok(b) => {
+                good.push(b);
+                rows.push(i);
+            }
+            Err(e) => errors.push((index(i), e)),
+        }
+    }
+    let batch = concat_batches(schema, &good)
+        .map_err(|e| Error::Internal(format!("joining decoded records: {e}")))?;
+    Ok((Group { batch, rows }, errors))
+}
+
+fn decode_all(
+    format: Format,
+    schema: &SchemaRef,
+    records: &[&[u8]],
+) -> std::result::Result<RecordBatch, String> {
+    let rows = records.len().max(1);
+    let mut batches = Vec::new();
+    match format {
+        Format::Json => {
+            // One more than the records: a record holding two objects overflows it.
+            let mut decoder = datafusion::arrow::json::ReaderBuilder::new(schema.clone())
+                .with_batch_size(rows + 1)
+                .build_decoder()
+                .map_err(|e| e.to_string())?;
+            for r in records {
+                let text = std::str::from_utf8(r).map_err(|e| e.to_string())?;
+                if text.trim().is_empty() {
+                    return Err("empty record".to_string());
+                }
+                let mut buf = text.as_bytes();
+                while !buf.is_empty() {
+                    let n = decoder.decode(buf).map_err(|e| e.to_string())?;
+                    if n == 0 {
+                        return Err("a record holds more than one JSON value".to_string());
+                    }
+                    buf = &buf[n..];
+                }
+                // One record each: a record that is not a whole object fails here.
+                decoder.decode(b"\n").map_err(|e| e.to_string())?;
+            }
+            if let Some(b) = decoder.flush().map_err(|e| e.to_string())? {
+                batches.push(b);
+            }
+        }
+        Format::Csv { delimiter } => {
+            let mut text = Vec::new();
+            for r in records {
+                text.extend_from_slice(r);
+                text.push(b'\n');
+            }
+            let reader = datafusion::arrow::csv::ReaderBuilder::new(schema.clone())
+                .with_header(false)
+                .with_delimiter(delimiter)
+                .with_batch_size(rows)
+                .build(Cursor::new(text))
+                .map_err(|e| e.to_string())?;
+            for b in reader {
+                batches.push(b.map_err(|e| e.to_string())?);
+            }
+        }
+        Format::Raw => {
+            let column: ArrayRef = match schema.field(0).data_type() {
+                DataType::Utf8 => Arc::new(StringArray::from_iter_values(
+                    records
+                        .iter()
+                        .map(|r| std::str::from_utf8(r).map_err(|e| e.to_string()))
+                        .collect::<std::result::Result<Vec<_>, _>>()?,
+                )),
+                _ => Arc::new(BinaryArray::from_iter_values(records.iter())),
+            };
+            batches.push(
+                RecordBatch::try_new(schema.clone(), vec![column]).map_err(|e| e.to_string())?,
+            );
+        }
+    }
+    let batch = concat_batches(schema, &batches).map_err(|e| e.to_string())?;
+    if batch.num_rows() != records.len() {
+        return Err(format!(
+            "{} records decoded into {} rows",
+            records.len(),
+            batch.num_rows()
+        ));
+    }
+    Ok(batch)
 }
 
 #[cfg(test)]
@@ -222,9 +326,10 @@ mod tests {
             br#"{"id": 5, "extra": true}"#,
         ];
         let out = d.decode(&recs).unwrap();
-        assert_eq!(out.rows, vec![0, 2, 4]);
+        let g = &out.groups[0];
+        assert_eq!(g.rows, vec![0, 2, 4]);
         assert_eq!(
-            out.batch
+            g.batch
                 .column(0)
                 .as_primitive::<Int64Type>()
                 .iter()
@@ -238,12 +343,69 @@ mod tests {
     #[test]
     fn csv_and_raw() {
         let out = decoder("csv").decode(&[b"1,a", b"oops,b", b"3,"]).unwrap();
-        assert_eq!(out.rows, vec![0, 2]);
+        assert_eq!(out.groups[0].rows, vec![0, 2]);
         let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Utf8, true)]));
         let mut o = Options::try_new("t", []).unwrap();
         let raw = Decoder::try_new("raw", &mut o, schema).unwrap();
         let out = raw.decode(&[b"hello", &[0xff, 0xfe]]).unwrap();
-        assert_eq!(out.rows, vec![0]);
-        assert_eq!(out.batch.column(0).as_string::<i32>().value(0), "hello");
+        assert_eq!(out.groups[0].rows, vec![0]);
+        assert_eq!(
+            out.groups[0].batch.column(0).as_string::<i32>().value(0),
+            "hello"
+        );
+    }
+
+    #[test]
+    fn inferred_json_is_grouped_by_shape() {
+        let mut o = Options::try_new("t", []).unwrap();
+        let d = Decoder::try_new("json", &mut o, Arc::new(Schema::empty())).unwrap();
+        assert!(d.is_inferred());
+        let recs: Vec<&[u8]> = vec![
+            br#"{"id": 1, "name": "a"}"#,
+            br#"{"id": 2, "name": "b", "agent": "x"}"#,
+            br#"not json"#,
+            br#"{"id": 3, "name": "c", "extra": null}"#,
+            br#"{"id": 4.5, "name": "d"}"#,
+        ];
+        let out = d.decode(&recs).unwrap();
+        let rows: Vec<Vec<usize>> = out.groups.iter().map(|g| g.rows.clone()).collect();
+        assert_eq!(rows, vec![vec![0, 3], vec![1], vec![4]]);
+        assert_eq!(out.errors.len(), 1);
+        assert_eq!(out.errors[0].0, 2);
+        let types: Vec<String> = out
+            .groups
+            .iter()
+            .map(|g| {
+                let s = g.batch.schema();
+                s.fields()
+                    .iter()
+                    .map(|f| format!("{} {}", f.name(), f.data_type()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .collect();
+        assert_eq!(
+            types,
+            vec![
+                "id Int64, name Utf8",
+                "id Int64, name Utf8, agent Utf8",
+                "id Float64, name Utf8",
+            ]
+        );
+        // A second poll of the same shape gets the same schema, so plans keyed by it hold.
+        let again = d.decode(&[br#"{"id": 9, "name": "z"}"#]).unwrap();
+        assert!(Arc::ptr_eq(
+            &again.groups[0].batch.schema(),
+            &out.groups[0].batch.schema()
+        ));
+    }
+
+    #[test]
+    fn timestamp_inference_needs_inferred_columns() {
+        let pair = ("json.timestamp-inference".to_string(), "true".to_string());
+        let mut o = Options::try_new("t", [pair]).unwrap();
+        let declared = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, true)]));
+        let e = Decoder::try_new("json", &mut o, declared).unwrap_err();
+        assert!(e.to_string().contains("inferred"), "{e}");
     }
 }

@@ -12,8 +12,13 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StructArray, new_null_array};
+use crate::catalog::schema::type_name;
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, ListArray, RecordBatch, RecordBatchOptions, StructArray,
+    new_null_array,
+};
 use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::Int64Type;
 use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema as ArrowSchema};
 use iceberg::arrow::{arrow_type_to_type, schema_to_arrow_schema};
 use iceberg::spec::{NestedField, NestedFieldRef, PrimitiveType, Schema, StructType, Type};
@@ -200,7 +205,9 @@ fn merge_type(
     use PrimitiveType as P;
     let incompatible = || {
         format!(
-            "column '{name}' is {current} in the table, but the record has {t}: not a lossless widening"
+            "column '{name}' is {} in the table; a {} value does not fit it without loss",
+            type_name(current),
+            arrow_type_name(t)
         )
     };
     match (current, t) {
@@ -234,11 +241,59 @@ fn merge_type(
             let merged = merge_struct(s, fields, arr.columns(), next_id, &format!("{name}."))?;
             Ok(merged.map(|f| Type::Struct(StructType::new(f))))
         }
-        (Type::List(_), DataType::List(_) | DataType::LargeList(_)) => {
-            // Element evolution is not done yet: the element type must convert as it is.
-            Ok(None)
+        (Type::List(l), DataType::List(f)) => {
+            let Some(arr) = column.as_list_opt::<i32>() else {
+                return Err(incompatible());
+            };
+            let element = &l.element_field;
+            let values = arr.values();
+            // Elements in the rows' range only: a sliced list shares its parent's values.
+            let first = arr.value_offsets()[0] as usize;
+            let last = arr.value_offsets()[arr.len()] as usize;
+            let values = values.slice(first, last - first);
+            let merged = if values.null_count() == values.len() {
+                None
+            } else {
+                merge_type(
+                    &element.field_type,
+                    f.data_type(),
+                    &values,
+                    next_id,
+                    &format!("{name}.element"),
+                )?
+            };
+            let required = element.required && values.null_count() == 0;
+            if merged.is_none() && required == element.required {
+                return Ok(None);
+            }
+            let ty = merged.unwrap_or_else(|| (*element.field_type).clone());
+            Ok(Some(Type::List(iceberg::spec::ListType::new(Arc::new(
+                NestedField::list_element(element.id, ty, required),
+            )))))
         }
         _ => Err(incompatible()),
+    }
+}
+
+/// The Iceberg-style name of the values of Arrow type `t`, for messages.
+fn arrow_type_name(t: &DataType) -> String {
+    match t {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "string".into(),
+        DataType::Int8 | DataType::Int16 | DataType::Int32 => "int".into(),
+        DataType::UInt8 | DataType::UInt16 => "int".into(),
+        DataType::Int64 | DataType::UInt32 => "long".into(),
+        DataType::Float16 | DataType::Float32 => "float".into(),
+        DataType::Float64 => "double".into(),
+        DataType::Boolean => "boolean".into(),
+        DataType::Date32 | DataType::Date64 => "date".into(),
+        DataType::Timestamp(_, None) => "timestamp".into(),
+        DataType::Timestamp(_, Some(_)) => "timestamptz".into(),
+        DataType::Decimal128(p, s) => format!("decimal({p}, {s})"),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => "binary".into(),
+        DataType::Struct(_) => "struct".into(),
+        DataType::List(_) | DataType::LargeList(_) => "list".into(),
+        DataType::Map(_, _) => "map".into(),
+        other => other.to_string(),
     }
 }
 
@@ -335,6 +390,88 @@ pub fn match_case(
         .map_err(|e| format!("renaming columns: {e}"))
 }
 
+/// The field metadata key the JSON decoder sets on the columns it infers.
+pub const INFERRED: &str = "floe.inferred";
+
+/// `'json.infer.integers' = 'int'`: in the columns inferred from JSON (see [`INFERRED`]), the
+/// integer values as `int` wherever they all fit one and the table (if any) does not have a
+/// `long` there already; a larger value keeps `long`, which then widens the column.
+pub fn narrow_integers(table: Option<&Schema>, batch: &RecordBatch) -> Result<RecordBatch> {
+    let mut fields = Vec::with_capacity(batch.num_columns());
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (f, c) in batch.schema().fields().iter().zip(batch.columns()) {
+        if !f.metadata().contains_key(INFERRED) {
+            fields.push(f.clone());
+            columns.push(c.clone());
+            continue;
+        }
+        let ty = table
+            .and_then(|t| t.field_by_name(f.name()))
+            .map(|t| t.field_type.as_ref());
+        let c = narrow(c, ty)?;
+        fields.push(Arc::new(
+            Field::new(f.name(), c.data_type().clone(), f.is_nullable())
+                .with_metadata(f.metadata().clone()),
+        ));
+        columns.push(c);
+    }
+    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    RecordBatch::try_new_with_options(Arc::new(ArrowSchema::new(fields)), columns, &options)
+        .map_err(|e| Error::Internal(format!("narrowing integers: {e}")))
+}
+
+fn narrow(column: &ArrayRef, table: Option<&Type>) -> Result<ArrayRef> {
+    let internal = |e: datafusion::arrow::error::ArrowError| Error::Internal(e.to_string());
+    match column.data_type() {
+        DataType::Int64 => {
+            let long = matches!(table, Some(Type::Primitive(PrimitiveType::Long)));
+            let values = column.as_primitive::<Int64Type>();
+            let fits = values.iter().flatten().all(|v| i32::try_from(v).is_ok());
+            if long || !fits {
+                return Ok(column.clone());
+            }
+            cast(column, &DataType::Int32).map_err(internal)
+        }
+        DataType::Struct(fields) => {
+            let s = column.as_struct();
+            let mut out_fields = Vec::with_capacity(fields.len());
+            let mut children = Vec::with_capacity(fields.len());
+            for (f, c) in fields.iter().zip(s.columns()) {
+                let ty = match table {
+                    Some(Type::Struct(t)) => {
+                        t.field_by_name(f.name()).map(|t| t.field_type.as_ref())
+                    }
+                    _ => None,
+                };
+                let c = narrow(c, ty)?;
+                out_fields.push(f.as_ref().clone().with_data_type(c.data_type().clone()));
+                children.push(c);
+            }
+            let out = StructArray::try_new(out_fields.into(), children, s.nulls().cloned())
+                .map_err(internal)?;
+            Ok(Arc::new(out))
+        }
+        DataType::List(field) => {
+            let l = column.as_list::<i32>();
+            let ty = match table {
+                Some(Type::List(t)) => Some(t.element_field.field_type.as_ref()),
+                _ => None,
+            };
+            let values = narrow(l.values(), ty)?;
+            let field = Arc::new(
+                field
+                    .as_ref()
+                    .clone()
+                    .with_data_type(values.data_type().clone()),
+            );
+            let out = ListArray::try_new(field, l.offsets().clone(), values, l.nulls().cloned())
+                .map_err(internal)?;
+            Ok(Arc::new(out))
+        }
+        _ => Ok(column.clone()),
+    }
+}
+
 /// `batch`'s rows in `table`'s columns: matched by name, missing ones NULL, types converted.
 /// Call after [`evolve`] made the table take every column of the batch.
 pub fn conform(table: &Schema, batch: &RecordBatch) -> Result<RecordBatch> {
@@ -364,19 +501,37 @@ fn conform_column(
     let Some(pos) = fields.iter().position(|f| f.name() == target.name()) else {
         return Ok(new_null_array(target.data_type(), rows));
     };
-    let column = &columns[pos];
-    match (
-        target.data_type(),
-        column.as_any().downcast_ref::<StructArray>(),
-    ) {
-        (DataType::Struct(children), Some(s)) => {
+    conform_array(target, &columns[pos])
+}
+
+/// `column` as values of `target`'s type: struct fields matched by name, list elements
+/// likewise, other types converted.
+fn conform_array(target: &Field, column: &ArrayRef) -> Result<ArrayRef> {
+    match (target.data_type(), column.data_type()) {
+        (DataType::Struct(children), DataType::Struct(_)) => {
+            let s = column.as_struct();
             let arrays = children
                 .iter()
-                .map(|c| conform_column(c, s.fields(), s.columns(), rows))
+                .map(|c| conform_column(c, s.fields(), s.columns(), s.len()))
                 .collect::<Result<Vec<_>>>()?;
             Ok(Arc::new(
                 StructArray::try_new(children.clone(), arrays, s.nulls().cloned())
                     .map_err(|e| Error::Plan(format!("struct column '{}': {e}", target.name())))?,
+            ))
+        }
+        (DataType::List(element), DataType::List(_))
+            if column.data_type() != target.data_type() =>
+        {
+            let l = column.as_list::<i32>();
+            let values = conform_array(element, l.values())?;
+            Ok(Arc::new(
+                ListArray::try_new(
+                    element.clone(),
+                    l.offsets().clone(),
+                    values,
+                    l.nulls().cloned(),
+                )
+                .map_err(|e| Error::Plan(format!("list column '{}': {e}", target.name())))?,
             ))
         }
         _ if column.data_type() == target.data_type() => Ok(column.clone()),

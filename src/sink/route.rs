@@ -17,6 +17,7 @@ use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser as SqlParser;
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
 
+use super::evolve::narrow_integers;
 use super::table_sink::{Candidate, TableSink, spec_for};
 use crate::catalog::schema::{iceberg_schema, partition_field};
 use crate::checkpoint::PendingCommit;
@@ -38,6 +39,8 @@ pub struct RouteOptions {
     pub max_open_tables: usize,
     /// Match top-level columns to tables' ignoring ASCII case.
     pub case_insensitive: bool,
+    /// `'json.infer.integers' = 'int'`: inferred integers are ints until a value needs a long.
+    pub int_integers: bool,
 }
 
 impl RouteOptions {
@@ -59,6 +62,15 @@ impl RouteOptions {
         let case_insensitive = options
             .take_bool("schema.case-insensitive")?
             .unwrap_or(false);
+        let int_integers = match options.take_str("json.infer.integers").as_deref() {
+            None | Some("long") => false,
+            Some("int") => true,
+            Some(other) => {
+                return Err(Error::Option(format!(
+                    "'json.infer.integers' = '{other}': use 'long' or 'int'"
+                )));
+            }
+        };
         let table_properties = options.take_prefixed("table.properties.");
         let dead_letter_table = options
             .take_str("dead-letter.table")
@@ -88,6 +100,7 @@ impl RouteOptions {
             max_tables,
             max_open_tables,
             case_insensitive,
+            int_integers,
         })
     }
 }
@@ -252,6 +265,11 @@ impl RoutedSink {
         for name in order {
             let rows = take_rows(&data, groups.remove(&name).unwrap_or_default())?;
             let rows = drop_all_null_columns(&rows)?;
+            let rows = if self.options.int_integers {
+                narrow_integers(self.tables.get(&name).map(TableSink::schema), &rows)?
+            } else {
+                rows
+            };
             if !self.tables.contains_key(&name) {
                 if self.tables.len() >= self.options.max_tables {
                     rejected.push(Rejected {

@@ -131,6 +131,11 @@ impl TableSink {
         self
     }
 
+    /// The table's schema with this checkpoint's changes.
+    pub fn schema(&self) -> &Schema {
+        self.staged.metadata().current_schema()
+    }
+
     /// The table as committed.
     pub fn table(&self) -> &Table {
         &self.base

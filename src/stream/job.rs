@@ -257,7 +257,7 @@ impl Job {
                 reader.poll(POLL_ROWS).await?
             };
             match poll {
-                Poll::Records { batch, rejects } => {
+                Poll::Records { batches, rejects } => {
                     let source = runner.readers[i].0.clone();
                     let letters = rejects
                         .into_iter()
@@ -270,8 +270,10 @@ impl Job {
                         })
                         .collect();
                     runner.dead_letter(letters).await?;
-                    runner.observe_watermark(i, &batch).await?;
-                    runner.process(&source, batch).await?;
+                    for batch in batches {
+                        runner.observe_watermark(i, &batch).await?;
+                        runner.process(&source, batch).await?;
+                    }
                     runner.update_lag();
                 }
                 Poll::Finished => runner.readers[i].2 = true,

@@ -2,6 +2,7 @@
 //! on DataFusion and run per batch, rows written to the target, checkpoints committed.
 
 pub mod job;
+pub mod planner;
 pub mod query;
 pub mod registry;
 pub mod slot;
@@ -9,6 +10,7 @@ pub mod source_table;
 pub mod watermark;
 
 pub use job::{Job, JobState, JobStatus, Target};
+pub use planner::QueryPlanner;
 pub use query::{ContinuousQuery, sources_of};
 pub use registry::Jobs;
 pub use source_table::SourceTable;

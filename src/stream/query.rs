@@ -5,17 +5,19 @@
 //! `CASE`, and `UNION ALL` of sources. Anything that needs the whole stream (aggregates,
 //! joins, `ORDER BY`, `LIMIT`, windows, `DISTINCT`) is rejected when the job is submitted.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 
-use datafusion::arrow::array::RecordBatch;
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::datasource::provider_as_source;
+use datafusion::arrow::array::{RecordBatch, RecordBatchOptions, new_null_array};
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
+use datafusion::catalog::TableProvider;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{LogicalPlan, TableScan};
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::{SessionConfig, SessionContext};
 
+use super::planner::{Planned, QueryPlanner, missing_column};
 use super::slot::{BatchSlot, SlotTable};
 use super::source_table::SourceTable;
 use crate::connector::SourceRef;
@@ -25,9 +27,23 @@ use crate::error::{Error, Result};
 pub struct ContinuousQuery {
     /// The sources it reads, by name, with the slot each feeds.
     sources: BTreeMap<String, (SourceRef, Arc<BatchSlot>)>,
-    plan: Arc<dyn ExecutionPlan>,
+    planner: QueryPlanner,
+    /// Names the query reads that inferred records may lack: they read as NULL.
+    nulls: Mutex<BTreeSet<String>>,
+    /// Physical plans by the source a batch comes from and the batch's schema.
+    plans: Mutex<HashMap<(String, SchemaRef), Arc<Plan>>>,
     task: Arc<TaskContext>,
 }
+
+/// The plan for batches of one schema from one source.
+struct Plan {
+    exec: std::result::Result<Arc<dyn ExecutionPlan>, String>,
+    /// The source's schema as planned: the batch's, with NULL columns for names it lacks.
+    input: SchemaRef,
+}
+
+/// At most this many plans are kept; beyond it the cache starts afresh.
+const MAX_PLANS: usize = 1024;
 
 /// The sources a logical plan reads, by name.
 pub fn sources_of(plan: &LogicalPlan) -> BTreeMap<String, SourceRef> {
@@ -50,6 +66,12 @@ fn source_table(scan: &TableScan) -> Option<SourceRef> {
     Some(table.source().clone())
 }
 
+/// Whether a table scan reads a source's batches.
+fn reads_slot(scan: &TableScan) -> bool {
+    datafusion::datasource::source_as_provider(&scan.source)
+        .is_ok_and(|p| p.as_any().downcast_ref::<SlotTable>().is_some())
+}
+
 /// Fail unless every node of `plan` can run on one batch at a time.
 fn check_row_wise(plan: &LogicalPlan) -> Result<()> {
     let mut bad: Option<String> = None;
@@ -60,7 +82,7 @@ fn check_row_wise(plan: &LogicalPlan) -> Result<()> {
             | LogicalPlan::SubqueryAlias(_)
             | LogicalPlan::Union(_) => true,
             LogicalPlan::TableScan(scan) => {
-                if source_table(scan).is_none() {
+                if !reads_slot(scan) {
                     bad = Some(format!(
                         "it reads table {}, which is not a source; a continuous INSERT reads \
                          sources only (CREATE SOURCE)",
@@ -92,39 +114,107 @@ fn check_row_wise(plan: &LogicalPlan) -> Result<()> {
 }
 
 impl ContinuousQuery {
-    /// Plan `input` (the INSERT's source query, already cast to the target's columns).
-    pub async fn try_new(input: &LogicalPlan) -> Result<Self> {
-        check_row_wise(input)?;
-        let mut sources = BTreeMap::new();
-        for (name, def) in sources_of(input) {
-            sources.insert(name, (def, Arc::new(BatchSlot::default())));
+    /// Plan the statement `planner` holds (a continuous `INSERT`, or the `SELECT` of a routed
+    /// one) over `sources`, the session's sources; returns the query and the logical plan of
+    /// the statement for the sources' declared schemas.
+    pub async fn try_new(
+        planner: QueryPlanner,
+        sources: &BTreeMap<String, SourceRef>,
+    ) -> Result<(Self, LogicalPlan)> {
+        let mut query = Self {
+            sources: sources
+                .iter()
+                .map(|(n, d)| (n.clone(), (d.clone(), Arc::new(BatchSlot::default()))))
+                .collect(),
+            planner,
+            nulls: Mutex::default(),
+            plans: Mutex::default(),
+            task: executor().task_ctx(),
+        };
+        let schemas = query
+            .sources
+            .iter()
+            .map(|(n, (d, _))| (n.clone(), d.schema.clone()))
+            .collect();
+        let (planned, _) = query.plan_logical(&schemas).await?;
+        check_row_wise(rows_of(&planned.plan))?;
+        query.sources.retain(|n, _| planned.sources.contains(n));
+        if query.sources.is_empty() {
+            return Err(Error::Plan(
+                "a continuous INSERT must read a source (CREATE SOURCE)".to_string(),
+            ));
         }
-        let rewritten = input
-            .clone()
-            .transform_up(|node| {
-                if let LogicalPlan::TableScan(scan) = &node
-                    && let Some(source) = source_table(scan)
-                    && let Some((def, slot)) = sources.get(&source.name)
-                {
-                    let slot_table = SlotTable::new(def.schema.clone(), slot.clone());
-                    let mut scan = scan.clone();
-                    scan.source = provider_as_source(Arc::new(slot_table));
-                    return Ok(Transformed::yes(LogicalPlan::TableScan(scan)));
+        // Plan the declared schemas now: a plan that fails fails the submission.
+        for (name, (def, _)) in &query.sources {
+            query.plan_for(name, &def.schema).await?;
+        }
+        Ok((query, planned.plan))
+    }
+
+    /// The logical plan for sources read as `schemas`, with NULL columns for the names the
+    /// query reads that an inferred source lacks; returns the planned input schemas too.
+    async fn plan_logical(
+        &self,
+        schemas: &BTreeMap<String, SchemaRef>,
+    ) -> Result<(Planned, BTreeMap<String, SchemaRef>)> {
+        let inferred = self.sources.values().any(|(d, _)| d.is_inferred());
+        loop {
+            let nulls = self.nulls.lock().map(|n| n.clone()).unwrap_or_default();
+            let mut inputs = BTreeMap::new();
+            let mut tables = BTreeMap::new();
+            for (name, (def, slot)) in &self.sources {
+                let mut schema = schemas.get(name).unwrap_or(&def.schema).clone();
+                if def.is_inferred() {
+                    schema = with_null_columns(&schema, &nulls);
                 }
-                Ok(Transformed::no(node))
-            })?
-            .data;
-        // One partition: the plan is re-executed per batch, which row-wise operators allow.
-        let config = SessionConfig::new()
-            .with_target_partitions(1)
-            .with_coalesce_batches(false);
-        let ctx = SessionContext::new_with_config(config);
-        let plan = ctx.state().create_physical_plan(&rewritten).await?;
-        Ok(Self {
-            sources,
-            plan,
-            task: ctx.task_ctx(),
-        })
+                let table: Arc<dyn TableProvider> =
+                    Arc::new(SlotTable::new(schema.clone(), slot.clone()));
+                tables.insert(name.clone(), table);
+                inputs.insert(name.clone(), schema);
+            }
+            match self.planner.plan(tables).await {
+                Ok(planned) => return Ok((planned, inputs)),
+                Err(e) => match missing_column(&e) {
+                    Some(name) if inferred && !nulls.contains(&name) => {
+                        if let Ok(mut n) = self.nulls.lock() {
+                            n.insert(name);
+                        }
+                    }
+                    _ => return Err(e),
+                },
+            }
+        }
+    }
+
+    /// The plan for batches of `schema` from `source`, planned on first use.
+    async fn plan_for(&self, source: &str, schema: &SchemaRef) -> Result<Arc<Plan>> {
+        let key = (source.to_string(), schema.clone());
+        if let Some(p) = self.plans.lock().ok().and_then(|p| p.get(&key).cloned()) {
+            return Ok(p);
+        }
+        let mut schemas: BTreeMap<String, SchemaRef> = self
+            .sources
+            .iter()
+            .map(|(n, (d, _))| (n.clone(), d.schema.clone()))
+            .collect();
+        schemas.insert(source.to_string(), schema.clone());
+        let (planned, inputs) = self.plan_logical(&schemas).await?;
+        let rows = rows_of(&planned.plan);
+        let exec = match check_row_wise(rows) {
+            Ok(()) => physical_plan(rows).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let plan = Arc::new(Plan {
+            exec,
+            input: inputs[source].clone(),
+        });
+        if let Ok(mut plans) = self.plans.lock() {
+            if plans.len() >= MAX_PLANS {
+                plans.clear();
+            }
+            plans.insert(key, plan.clone());
+        }
+        Ok(plan)
     }
 
     /// The sources the query reads, by name.
@@ -132,15 +222,75 @@ impl ContinuousQuery {
         self.sources.values().map(|(d, _)| d)
     }
 
-    /// Run the query on `batch` from source `source`.
+    /// Run the query on `batch` from source `source`. A batch of a schema the query cannot
+    /// be planned for fails with why (its records are dead-lettered).
     pub async fn run(&self, source: &str, batch: RecordBatch) -> Result<Vec<RecordBatch>> {
         let (_, slot) = self
             .sources
             .get(source)
             .ok_or_else(|| Error::Internal(format!("query has no source '{source}'")))?;
+        let plan = self.plan_for(source, &batch.schema()).await?;
+        let exec = plan
+            .exec
+            .clone()
+            .map_err(|why| Error::Plan(format!("the query cannot run on these records: {why}")))?;
+        let batch = if plan.input.fields().len() > batch.num_columns() {
+            add_null_columns(&plan.input, batch)?
+        } else {
+            batch
+        };
         slot.set(batch);
-        let out = collect(self.plan.clone(), self.task.clone()).await;
+        let out = collect(exec, self.task.clone()).await;
         slot.clear();
         Ok(out?)
     }
+}
+
+/// Where continuous plans are planned and run: one partition, as the plan is re-executed
+/// per batch, which row-wise operators allow.
+fn executor() -> SessionContext {
+    let config = SessionConfig::new()
+        .with_target_partitions(1)
+        .with_coalesce_batches(false);
+    SessionContext::new_with_config(config)
+}
+
+/// The rows a statement's plan produces: an INSERT's input, or the query itself.
+fn rows_of(plan: &LogicalPlan) -> &LogicalPlan {
+    match plan {
+        LogicalPlan::Dml(dml) => &dml.input,
+        other => other,
+    }
+}
+
+/// The physical plan of `plan`, for one batch at a time.
+async fn physical_plan(plan: &LogicalPlan) -> Result<Arc<dyn ExecutionPlan>> {
+    Ok(executor().state().create_physical_plan(plan).await?)
+}
+
+/// `schema` with a NULL-typed column for each of `names` it lacks.
+fn with_null_columns(schema: &SchemaRef, names: &BTreeSet<String>) -> SchemaRef {
+    let missing: Vec<Field> = names
+        .iter()
+        .filter(|n| schema.field_with_name(n).is_err())
+        .map(|n| Field::new(n, DataType::Null, true))
+        .collect();
+    if missing.is_empty() {
+        return schema.clone();
+    }
+    let mut fields: Vec<FieldRef> = schema.fields().iter().cloned().collect();
+    fields.extend(missing.into_iter().map(Arc::new));
+    Arc::new(Schema::new(fields))
+}
+
+/// `batch` with NULL columns appended up to `schema` (which extends the batch's).
+fn add_null_columns(schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
+    let n = batch.num_rows();
+    let mut columns = batch.columns().to_vec();
+    for f in &schema.fields()[columns.len()..] {
+        columns.push(new_null_array(f.data_type(), n));
+    }
+    let options = RecordBatchOptions::new().with_row_count(Some(n));
+    RecordBatch::try_new_with_options(schema.clone(), columns, &options)
+        .map_err(|e| Error::Internal(format!("filling absent columns: {e}")))
 }

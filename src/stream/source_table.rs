@@ -6,6 +6,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::datasource::memory::MemorySourceConfig;
@@ -14,7 +15,8 @@ use datafusion::error::Result as DFResult;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 
-use crate::connector::{Poll, SourceRef};
+use crate::connector::{Poll, SourceDef, SourceRef};
+use crate::error::{Error, Result};
 
 /// Records an ad-hoc preview reads at most from an unbounded source without a `LIMIT`.
 const PREVIEW_CAP: usize = 10_000;
@@ -59,45 +61,7 @@ impl TableProvider for SourceTable {
         _filters: &[Expr],
         limit: Option<usize>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
-        let mut reader = self.source.reader()?;
-        let cap = match (limit, reader.is_bounded()) {
-            (Some(l), _) => l,
-            (None, true) => usize::MAX,
-            (None, false) => PREVIEW_CAP,
-        };
-        let mut batches = Vec::new();
-        let mut rows = 0;
-        let mut idle = 0;
-        while rows < cap {
-            match reader.poll((cap - rows).min(8192)).await? {
-                Poll::Records { batch: b, .. } => {
-                    rows += b.num_rows();
-                    batches.push(b);
-                    idle = 0;
-                }
-                Poll::Finished => break,
-                // An unbounded source with nothing more to give now: show what there is,
-                // or why there is nothing.
-                Poll::Idle if idle > 20 => {
-                    if rows == 0
-                        && let Some(why) = reader.stalled()
-                    {
-                        return Err(crate::error::Error::Source(why).into());
-                    }
-                    break;
-                }
-                Poll::Idle => {
-                    idle += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                }
-            }
-        }
-        if rows > cap
-            && let Some(last) = batches.pop()
-        {
-            let keep = last.num_rows() - (rows - cap);
-            batches.push(last.slice(0, keep));
-        }
+        let batches = preview(&self.source, limit).await?;
         let exec = MemorySourceConfig::try_new_exec(
             &[batches],
             self.source.schema.clone(),
@@ -105,4 +69,46 @@ impl TableProvider for SourceTable {
         )?;
         Ok(exec)
     }
+}
+
+/// The records a preview shows: from the start of the source, everything of a bounded source,
+/// or up to `limit` (at most 10,000 records) of an unbounded one.
+pub async fn preview(source: &SourceDef, limit: Option<usize>) -> Result<Vec<RecordBatch>> {
+    let mut reader = source.reader()?;
+    let cap = match (limit, reader.is_bounded()) {
+        (Some(l), _) => l,
+        (None, true) => usize::MAX,
+        (None, false) => PREVIEW_CAP,
+    };
+    let mut batches = Vec::new();
+    let mut rows = 0;
+    let mut idle = 0;
+    while rows < cap {
+        match reader.poll((cap - rows).min(8192)).await? {
+            Poll::Records { batches: b, .. } => {
+                for b in b {
+                    let keep = b.num_rows().min(cap - rows);
+                    rows += keep;
+                    batches.push(b.slice(0, keep));
+                }
+                idle = 0;
+            }
+            Poll::Finished => break,
+            // An unbounded source with nothing more to give now: show what there is, or
+            // why there is nothing.
+            Poll::Idle if idle > 20 => {
+                if rows == 0
+                    && let Some(why) = reader.stalled()
+                {
+                    return Err(Error::Source(why));
+                }
+                break;
+            }
+            Poll::Idle => {
+                idle += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
+    }
+    Ok(batches)
 }

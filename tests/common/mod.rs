@@ -42,3 +42,22 @@ pub async fn rows(session: &Session, sql: &str) -> String {
         other => panic!("{sql}: no rows: {other:?}"),
     }
 }
+
+/// The first column of the last statement of `sql`, each value as text (NULL as "").
+pub async fn first_column(session: &Session, sql: &str) -> Vec<String> {
+    use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+    let Some(Output::Rows(_, batches)) = session
+        .sql(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .pop()
+    else {
+        panic!("{sql}: no rows");
+    };
+    let mut out = Vec::new();
+    for b in &batches {
+        let f = ArrayFormatter::try_new(b.column(0).as_ref(), &FormatOptions::default()).unwrap();
+        out.extend((0..b.num_rows()).map(|i| f.value(i).to_string()));
+    }
+    out
+}

@@ -12,7 +12,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use super::{
     KEY_COLUMN, OFFSET_COLUMN, PARTITION_COLUMN, TIMESTAMP_COLUMN, TOPIC_COLUMN, TopicPartition,
 };
-use crate::connector::{Reject, with_metadata};
+use crate::connector::{Reject, source_rows};
 use crate::error::Result;
 use crate::format::Decoder;
 
@@ -26,12 +26,13 @@ pub struct Raw {
     pub timestamp_ms: Option<i64>,
 }
 
-/// Decode `raw` into rows of `schema` and rejects (sorted by partition and offset).
+/// Decode `raw` into rows of `schema` (one batch per record shape) and rejects (sorted by
+/// partition and offset).
 pub fn decode(
     schema: &SchemaRef,
     decoder: &Decoder,
     raw: &[Raw],
-) -> Result<(RecordBatch, Vec<Reject>)> {
+) -> Result<(Vec<RecordBatch>, Vec<Reject>)> {
     let check_key = schema.field_with_name(KEY_COLUMN).is_ok();
     let mut rejects = Vec::new();
     let mut good = Vec::with_capacity(raw.len());
@@ -62,8 +63,8 @@ pub fn decode(
             format!("cannot decode the record: {e}"),
         ));
     }
-    let rows: Vec<&Raw> = decoded.rows.iter().map(|&j| &raw[good[j]]).collect();
-    let batch = with_metadata(schema, &decoded.batch, |name| {
+    let batches = source_rows(schema, &decoded, decoder.is_inferred(), |name, rows| {
+        let rows: Vec<&Raw> = rows.iter().map(|&j| &raw[good[j]]).collect();
         Some(match name {
             KEY_COLUMN => {
                 Arc::new(StringArray::from_iter(rows.iter().map(|r| {
@@ -85,7 +86,7 @@ pub fn decode(
         })
     })?;
     rejects.sort_by(|a, b| (&a.partition, a.offset).cmp(&(&b.partition, b.offset)));
-    Ok((batch, rejects))
+    Ok((batches, rejects))
 }
 
 #[cfg(test)]
@@ -131,7 +132,8 @@ mod tests {
             raw(1, 4, None, Some(br#"{"id": 4}"#)),
             raw(0, 9, Some(b"c"), Some(b"{oops")),
         ];
-        let (batch, rejects) = decode(&schema, &decoder, &messages).unwrap();
+        let (batches, rejects) = decode(&schema, &decoder, &messages).unwrap();
+        let batch = crate::connector::concat(&batches);
         assert_eq!(batch.num_rows(), 2);
         assert_eq!(
             batch.column(0).as_primitive::<Int64Type>().values(),
@@ -173,12 +175,13 @@ mod tests {
             Arc::new(Schema::new(vec![Field::new("v", DataType::Binary, true)]));
         let mut o = Options::try_new("t", []).unwrap();
         let decoder = Decoder::try_new("raw", &mut o, schema.clone()).unwrap();
-        let (batch, rejects) = decode(
+        let (batches, rejects) = decode(
             &schema,
             &decoder,
             &[raw(0, 0, Some(&[0xff]), Some(&[1, 2]))],
         )
         .unwrap();
+        let batch = crate::connector::concat(&batches);
         assert_eq!(batch.num_rows(), 1);
         assert!(rejects.is_empty());
     }

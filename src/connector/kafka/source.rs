@@ -331,8 +331,8 @@ impl SourceReader for KafkaReader {
         if raw.is_empty() {
             return Ok(Poll::Idle);
         }
-        let (batch, rejects) = decode(&self.schema, &self.options.decoder, &raw)?;
-        Ok(Poll::Records { batch, rejects })
+        let (batches, rejects) = decode(&self.schema, &self.options.decoder, &raw)?;
+        Ok(Poll::Records { batches, rejects })
     }
 
     fn offsets(&self) -> Offsets {

@@ -340,7 +340,7 @@ mod tests {
         let o = parse_with(&ok, &[]).unwrap();
         // The decoder sees only the data columns.
         let decoded = o.decoder.decode(&[br#"{"id": 7}"#]).unwrap();
-        assert_eq!(decoded.batch.num_columns(), 1);
+        assert_eq!(decoded.groups[0].batch.num_columns(), 1);
         let bad = schema(&[("_sequence", DataType::Int64)]);
         let err = parse_with(&bad, &[]).unwrap_err().to_string();
         assert!(

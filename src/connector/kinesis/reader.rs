@@ -27,7 +27,7 @@ use super::client::{Failure, FailureKind, Fetched, StreamClient};
 use super::options::{BoundedMode, KinesisOptions, StartupMode};
 use super::shards::{Position, ShardTracker};
 use super::{ARRIVAL_COLUMN, PARTITION_KEY_COLUMN, SEQUENCE_COLUMN, SHARD_COLUMN};
-use crate::connector::{Offsets, Poll, Reject, SourceReader, with_metadata};
+use crate::connector::{Offsets, Poll, Reject, SourceReader, source_rows};
 use crate::error::{Error, Result};
 
 /// Least time between two GetRecords calls on one shard (Kinesis allows five a second).
@@ -357,23 +357,22 @@ impl KinesisReader {
                 }
             })
             .collect();
-        let rows = &decoded.rows;
-        let n = rows.len();
-        let strings = |f: &dyn Fn(&Record) -> &str| -> ArrayRef {
+        let strings = |rows: &[usize], f: &dyn Fn(&Record) -> &str| -> ArrayRef {
             Arc::new(StringArray::from_iter_values(
                 rows.iter().map(|&i| f(&records[i])),
             ))
         };
-        let batch = with_metadata(&self.schema, &decoded.batch, |name| match name {
-            SHARD_COLUMN => Some(Arc::new(StringArray::from(vec![shard; n])) as ArrayRef),
-            SEQUENCE_COLUMN => Some(strings(&|r| r.sequence_number())),
-            PARTITION_KEY_COLUMN => Some(strings(&|r| r.partition_key())),
+        let inferred = self.options.decoder.is_inferred();
+        let batches = source_rows(&self.schema, &decoded, inferred, |name, rows| match name {
+            SHARD_COLUMN => Some(Arc::new(StringArray::from(vec![shard; rows.len()])) as ArrayRef),
+            SEQUENCE_COLUMN => Some(strings(rows, &|r| r.sequence_number())),
+            PARTITION_KEY_COLUMN => Some(strings(rows, &|r| r.partition_key())),
             ARRIVAL_COLUMN => Some(Arc::new(TimestampMicrosecondArray::from_iter(
                 rows.iter().map(|&i| arrival_micros(&records[i])),
             )) as ArrayRef),
             _ => None,
         })?;
-        Ok(Poll::Records { batch, rejects })
+        Ok(Poll::Records { batches, rejects })
     }
 }
 
@@ -508,11 +507,14 @@ mod tests {
             record("12", "not json", 1_714_521_600_055),
             record("13", r#"{"id": 3}"#, 1_714_521_600_056),
         ];
-        let Some(Poll::Records { batch, rejects }) =
-            r.take("s0", fetched(records, Some("it"))).unwrap()
+        let Some(Poll::Records {
+            batches: batch,
+            rejects,
+        }) = r.take("s0", fetched(records, Some("it"))).unwrap()
         else {
             panic!("no records")
         };
+        let batch = crate::connector::concat(&batch);
         assert_eq!(
             batch.column(0).as_primitive::<Int64Type>().values(),
             &[1, 3]
@@ -565,10 +567,12 @@ mod tests {
             record("2", r#"{"id": 2}"#, 1_000),
             record("3", r#"{"id": 3}"#, 1_001),
         ];
-        let Some(Poll::Records { batch, .. }) = r.take("s0", fetched(records, Some("i"))).unwrap()
+        let Some(Poll::Records { batches: batch, .. }) =
+            r.take("s0", fetched(records, Some("i"))).unwrap()
         else {
             panic!("no records")
         };
+        let batch = crate::connector::concat(&batch);
         assert_eq!(batch.num_rows(), 2);
         assert_eq!(r.offsets()["s0"], "2");
         assert!(
