@@ -3,7 +3,7 @@
 //! The snapshot a checkpoint commits carries `floe.job` and `floe.checkpoint` in its
 //! summary. Before committing, the table's snapshots are searched for this job's
 //! checkpoint (or a later one): if it is there, the commit happened before a crash and is
-//! skipped. Commit conflicts with other writers are retried by iceberg-rust.
+//! skipped. A commit another writer beat is retried on the table as it is then.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,6 +12,7 @@ use iceberg::spec::{Schema, UnboundPartitionSpec, deserialize_data_file_from_jso
 use iceberg::table::Table;
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 
+use super::merge::{merge_schemas, remap_spec, rewrite_files};
 use super::state::PendingCommit;
 use crate::catalog::commit::{Committer, EvolvingAppend, prepare, staged};
 use crate::error::{Error, Result};
@@ -65,10 +66,51 @@ pub async fn commit_all(
     Ok(())
 }
 
+/// Attempts at a commit that another writer's commit keeps beating.
+const CONFLICT_ATTEMPTS: u32 = 10;
+
 /// Commit `pending` as checkpoint `checkpoint` of `job`, unless the table has it already.
 /// Returns whether a snapshot was added. Files of a table that was dropped and re-created
-/// since are not committed to the new one.
+/// since are not committed to the new one. A commit another writer beat is tried again on
+/// the table as that writer left it (merging schema changes, see [`super::merge`]).
 pub async fn commit_once(
+    catalog: &Arc<dyn Catalog>,
+    committer: Option<&Committer>,
+    pending: &PendingCommit,
+    job: &str,
+    checkpoint: u64,
+) -> Result<bool> {
+    let mut attempt = 1;
+    loop {
+        match try_commit(catalog, committer, pending, job, checkpoint).await {
+            Err(e) if is_conflict(&e) && attempt < CONFLICT_ATTEMPTS => {
+                // Jitter, so that two writers retrying do not collide again in step.
+                let ms =
+                    10 * (1 << attempt.min(6)) + u64::from(uuid::Uuid::new_v4().as_u128() as u8);
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The path of a data file in its checkpoint-record JSON.
+fn file_path(json: &str) -> Result<String> {
+    #[derive(serde::Deserialize)]
+    struct Path {
+        file_path: String,
+    }
+    serde_json::from_str::<Path>(json)
+        .map(|p| p.file_path)
+        .map_err(|e| Error::Internal(format!("a data file in a checkpoint record: {e}")))
+}
+
+fn is_conflict(e: &Error) -> bool {
+    matches!(e, Error::Iceberg(e) if e.kind() == iceberg::ErrorKind::CatalogCommitConflicts)
+}
+
+async fn try_commit(
     catalog: &Arc<dyn Catalog>,
     committer: Option<&Committer>,
     pending: &PendingCommit,
@@ -108,19 +150,35 @@ pub async fn commit_once(
         .transpose()
         .map_err(|e| Error::Internal(format!("spec in checkpoint {checkpoint}: {e}")))?;
     let evolves = schema.is_some() || spec.is_some();
-    if evolves
-        && let Some(base) = pending.base_schema_id
-        && table.metadata().current_schema_id() != base
-    {
-        return Err(Error::Unsupported(format!(
-            "table {ident} had its schema changed by another writer while job '{job}' \
-             evolved it; concurrent schema evolution of one table is not supported yet"
-        )));
-    }
+    // Another writer changed the schema since ours was derived: merge the two.
+    let mut rewrite: Option<HashMap<i32, i32>> = None;
+    let (schema, spec) = match (schema, pending.base_schema_id) {
+        (Some(ours), Some(base)) if table.metadata().current_schema_id() != base => {
+            let md = table.metadata();
+            let merged = merge_schemas(md.current_schema(), &ours, md.last_column_id())?;
+            // Our partition spec ids may name other specs now too: rewrite with a spec change.
+            if !merged.remap.is_empty() || spec.is_some() {
+                rewrite = Some(merged.remap.clone());
+            }
+            let spec = spec.map(|s| remap_spec(&s, &merged.remap)).transpose()?;
+            (Some(merged.schema), spec)
+        }
+        other => (other.0, spec),
+    };
     let stage = staged(&table, schema.clone(), spec.clone())?;
     let md = stage.metadata();
     let mut groups = Vec::new();
-    for group in &pending.groups {
+    let mut replaced = Vec::new();
+    if rewrite.is_some() {
+        // Our files carry field ids (and spec ids) that the merged table gives other columns
+        // (and specs): write their rows again against it.
+        for json in pending.groups.iter().flat_map(|g| &g.files) {
+            replaced.push(file_path(json)?);
+        }
+        let files = rewrite_files(&stage, &replaced).await?;
+        groups.push((md.default_partition_spec_id(), files));
+    }
+    for group in pending.groups.iter().filter(|_| rewrite.is_none()) {
         let spec_ref = md.partition_spec_by_id(group.spec_id).ok_or_else(|| {
             Error::Internal(format!(
                 "table {ident} has no partition spec {} for checkpoint {checkpoint}",
@@ -165,5 +223,10 @@ pub async fn commit_once(
     )
     .await?;
     committer.commit(&table, prepared).await?;
+    // The files the rewrite replaced are in no snapshot: remove them (a crash before this
+    // leaves them as orphans, which recovery never commits: the snapshot is there).
+    for path in replaced {
+        let _ = table.file_io().delete(&path).await;
+    }
     Ok(true)
 }

@@ -352,10 +352,17 @@ impl<'a> Runner<'a> {
             }
             Destination::Routed { namespace, options } => {
                 if !target.catalog.namespace_exists(namespace).await? {
-                    target
+                    let created = target
                         .catalog
                         .create_namespace(namespace, Default::default())
-                        .await?;
+                        .await;
+                    // Another job may create it at the same moment.
+                    match created {
+                        Err(e) if e.kind() == iceberg::ErrorKind::NamespaceAlreadyExists => {}
+                        other => {
+                            other?;
+                        }
+                    }
                 }
                 Sink::Routed(Box::new(RoutedSink::new(
                     &target.catalog_name,

@@ -1,0 +1,182 @@
+//! Two writers evolving one table at once: both succeed, no column is lost, and rows keep
+//! their values (the second commit merges schemas by name and rewrites its files when the
+//! field ids it used were taken).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use floe::checkpoint::commit_once;
+use floe::sink::table_sink::TableSink;
+use iceberg::{NamespaceIdent, TableIdent};
+
+use common::{first_column, lake_session, rows};
+
+fn batch(columns: &[(&str, Vec<&str>)], ids: Vec<i64>) -> RecordBatch {
+    let mut fields = vec![Field::new("id", DataType::Int64, true)];
+    let mut arrays: Vec<Arc<dyn datafusion::arrow::array::Array>> =
+        vec![Arc::new(Int64Array::from(ids))];
+    for (name, values) in columns {
+        fields.push(Field::new(*name, DataType::Utf8, true));
+        arrays.push(Arc::new(StringArray::from(values.clone())));
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_second_commit_merges_the_schemas_and_rewrites_its_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = lake_session(
+        dir.path(),
+        "CREATE SCHEMA lake.c; CREATE TABLE lake.c.t (id BIGINT);
+         INSERT INTO lake.c.t VALUES (0);",
+    )
+    .await;
+    let handle = session.catalogs()["lake"].clone();
+    let committer = handle.committer.clone();
+    let ident = TableIdent::new(NamespaceIdent::new("c".into()), "t".into());
+    let base = handle.catalog.load_table(&ident).await.unwrap();
+
+    // Both writers start from the same table; each adds its own column (the same field id).
+    let sink = || TableSink::new("lake", &handle.catalog, base.clone(), true, Vec::new());
+    let (mut a, mut b) = (sink(), sink());
+    let wrote = a
+        .write(batch(&[("from_a", vec!["a1", "a2"])], vec![1, 2]))
+        .await
+        .unwrap();
+    assert_eq!(wrote, Ok(2));
+    let wrote = b
+        .write(batch(
+            &[("shared", vec!["s3"]), ("from_b", vec!["b3"])],
+            vec![3],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(wrote, Ok(1));
+    let pending_a = a.close().await.unwrap().unwrap();
+    let pending_b = b.close().await.unwrap().unwrap();
+
+    assert!(
+        commit_once(&handle.catalog, committer.as_deref(), &pending_a, "a", 1)
+            .await
+            .unwrap()
+    );
+    // B's schema was derived from the old one: merged, its file rewritten with new ids.
+    assert!(
+        commit_once(&handle.catalog, committer.as_deref(), &pending_b, "b", 1)
+            .await
+            .unwrap()
+    );
+    // Idempotent: B's checkpoint is in the table now.
+    assert!(
+        !commit_once(&handle.catalog, committer.as_deref(), &pending_b, "b", 1)
+            .await
+            .unwrap()
+    );
+
+    assert_eq!(
+        rows(&session, "SELECT * FROM lake.c.t ORDER BY id").await,
+        "\
++----+--------+--------+--------+
+| id | from_a | shared | from_b |
++----+--------+--------+--------+
+| 0  |        |        |        |
+| 1  | a1     |        |        |
+| 2  | a2     |        |        |
+| 3  |        | s3     | b3     |
++----+--------+--------+--------+"
+    );
+    // The rewritten file replaced B's original, which no snapshot references.
+    let files = rows(&session, "SELECT count(*) AS n FROM lake.c.\"t$files\"").await;
+    assert!(files.contains("| 3 |"), "{files}");
+}
+
+/// JSON lines for job `tag`: rows for tables `common` and `<tag>_only`, a new field every
+/// 2,500 rows (`<tag>_1`, `<tag>_2`, ...), so both jobs keep evolving `common`.
+fn records(tag: &str, n: usize) -> String {
+    let mut out = String::new();
+    for i in 0..n {
+        let table = if i % 4 == 0 {
+            format!("{tag}_only")
+        } else {
+            "common".into()
+        };
+        let mut fields = format!(r#""t": "{table}", "job": "{tag}", "seq": {i}"#);
+        for k in 1..=i / 2500 {
+            fields.push_str(&format!(r#", "{tag}_{k}": "{tag}{k}""#));
+        }
+        out.push_str(&format!("{{{fields}}}\n"));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_jobs_route_into_overlapping_tables_at_once() {
+    const N: usize = 20_000;
+    let dir = tempfile::tempdir().unwrap();
+    for tag in ["x", "y"] {
+        let d = dir.path().join(tag);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("events.json"), records(tag, N)).unwrap();
+    }
+    let session = lake_session(
+        dir.path(),
+        &format!(
+            "SET 'state.dir' = '{0}/state'; SET 'checkpoint.interval' = '20ms';
+             CREATE SOURCE x WITH ('connector' = 'filesystem', 'path' = '{0}/x', 'format' = 'json');
+             CREATE SOURCE y WITH ('connector' = 'filesystem', 'path' = '{0}/y', 'format' = 'json');",
+            dir.path().display()
+        ),
+    )
+    .await;
+    for tag in ["x", "y"] {
+        session
+            .sql(&format!(
+                "SET 'pipeline.name' = 'job-{tag}';
+                 INSERT INTO lake.shared SELECT * FROM {tag} ROUTE BY t"
+            ))
+            .await
+            .unwrap();
+    }
+    for tag in ["x", "y"] {
+        let name = format!("job-{tag}");
+        let wait = session.jobs().wait(&name);
+        let (state, error) = tokio::time::timeout(Duration::from_secs(300), wait)
+            .await
+            .expect("jobs finish");
+        assert_eq!(error, None, "job-{tag} ended {state}");
+    }
+    let m = N * 3 / 4;
+    assert_eq!(
+        first_column(
+            &session,
+            "SELECT concat(job, ' ', count(*), ' ', count(DISTINCT seq)) FROM lake.shared.common \
+             GROUP BY job ORDER BY job"
+        )
+        .await,
+        vec![format!("x {m} {m}"), format!("y {m} {m}")]
+    );
+    // Every field of both jobs is a column of `common`, and each row kept its values.
+    let last = (N - 1) / 2500;
+    for tag in ["x", "y"] {
+        for k in 1..=last {
+            let got = first_column(
+                &session,
+                &format!(
+                    "SELECT count(*) FROM lake.shared.common \
+                     WHERE \"{tag}_{k}\" = '{tag}{k}' AND job = '{tag}'"
+                ),
+            )
+            .await;
+            let want = (k * 2500..N).filter(|i| i % 4 != 0).count();
+            assert_eq!(got, vec![want.to_string()], "{tag}_{k}");
+        }
+    }
+    assert_eq!(
+        first_column(&session, "SELECT count(*) FROM lake.shared.x_only").await,
+        vec![(N / 4).to_string()]
+    );
+}
