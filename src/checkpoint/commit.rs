@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use iceberg::spec::{Schema, UnboundPartitionSpec, deserialize_data_file_from_json};
 use iceberg::table::Table;
-use iceberg::{Catalog, NamespaceIdent, TableIdent};
+use iceberg::{Catalog, TableIdent};
 
 use super::merge::{merge_schemas, remap_spec, rewrite_files};
 use super::state::PendingCommit;
@@ -49,40 +49,53 @@ pub fn committed_checkpoint(table: &Table, job: &str) -> Option<u64> {
 const PARALLEL_COMMITS: usize = 8;
 
 /// Commit every table of a checkpoint, several at a time (each table's commit is
-/// independent; a checkpoint of many tables would otherwise wait on each in turn).
+/// independent; a checkpoint of many tables would otherwise wait on each in turn). `known`
+/// holds tables as the job last saw them (saving a catalog load each; a stale one only costs
+/// a retry). Returns the tables as committed.
 pub async fn commit_all(
     catalog: &Arc<dyn Catalog>,
     committer: Option<&Committer>,
     tables: &[PendingCommit],
     job: &str,
     checkpoint: u64,
-) -> Result<()> {
+    known: &HashMap<TableIdent, Table>,
+) -> Result<HashMap<TableIdent, Table>> {
+    let mut committed = HashMap::new();
     for chunk in tables.chunks(PARALLEL_COMMITS) {
-        let commits = chunk
-            .iter()
-            .map(|p| commit_once(catalog, committer, p, job, checkpoint));
-        futures::future::try_join_all(commits).await?;
+        let commits = chunk.iter().map(|p| async {
+            let ident = p.ident()?;
+            let table = commit_once(catalog, committer, p, job, checkpoint, known.get(&ident));
+            Ok::<_, Error>((ident, table.await?))
+        });
+        for (ident, table) in futures::future::try_join_all(commits).await? {
+            if let Some(t) = table {
+                committed.insert(ident, t);
+            }
+        }
     }
-    Ok(())
+    Ok(committed)
 }
 
 /// Attempts at a commit that another writer's commit keeps beating.
 const CONFLICT_ATTEMPTS: u32 = 10;
 
 /// Commit `pending` as checkpoint `checkpoint` of `job`, unless the table has it already.
-/// Returns whether a snapshot was added. Files of a table that was dropped and re-created
-/// since are not committed to the new one. A commit another writer beat is tried again on
-/// the table as that writer left it (merging schema changes, see [`super::merge`]).
+/// Returns the table as committed, or `None` when nothing was committed. Files of a table that
+/// was dropped and re-created since are not committed to the new one. A commit another writer
+/// beat is tried again on the table as that writer left it (merging schema changes, see
+/// [`super::merge`]). `known` is the table as last seen, if it is (else it is loaded).
 pub async fn commit_once(
     catalog: &Arc<dyn Catalog>,
     committer: Option<&Committer>,
     pending: &PendingCommit,
     job: &str,
     checkpoint: u64,
-) -> Result<bool> {
+    known: Option<&Table>,
+) -> Result<Option<Table>> {
     let mut attempt = 1;
+    let mut known = known.cloned();
     loop {
-        match try_commit(catalog, committer, pending, job, checkpoint).await {
+        match try_commit(catalog, committer, pending, job, checkpoint, known.take()).await {
             Err(e) if is_conflict(&e) && attempt < CONFLICT_ATTEMPTS => {
                 // Jitter, so that two writers retrying do not collide again in step.
                 let ms =
@@ -116,22 +129,23 @@ async fn try_commit(
     pending: &PendingCommit,
     job: &str,
     checkpoint: u64,
-) -> Result<bool> {
-    let ident = TableIdent::new(
-        NamespaceIdent::from_vec(pending.namespace.clone())?,
-        pending.table.clone(),
-    );
-    let table = match catalog.load_table(&ident).await {
-        Ok(t) => t,
-        // Dropped since: its files have no table to go to.
-        Err(e) if e.kind() == iceberg::ErrorKind::TableNotFound => return Ok(false),
-        Err(e) => return Err(e.into()),
+    known: Option<Table>,
+) -> Result<Option<Table>> {
+    let ident = pending.ident()?;
+    let table = match known {
+        Some(t) => t,
+        None => match catalog.load_table(&ident).await {
+            Ok(t) => t,
+            // Dropped since: its files have no table to go to.
+            Err(e) if e.kind() == iceberg::ErrorKind::TableNotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        },
     };
     if table.metadata().uuid().to_string() != pending.table_uuid {
-        return Ok(false);
+        return Ok(None);
     }
     if committed_checkpoint(&table, job).is_some_and(|c| c >= checkpoint) {
-        return Ok(false);
+        return Ok(None);
     }
     let summary = HashMap::from([
         (SUMMARY_JOB.to_string(), job.to_string()),
@@ -203,8 +217,7 @@ async fn try_commit(
     let single_default_spec = groups.len() == 1 && groups[0].0 == md.default_partition_spec_id();
     if !evolves && single_default_spec {
         let files = groups.pop().map(|(_, f)| f).unwrap_or_default();
-        commit::append(catalog, &table, files, summary).await?;
-        return Ok(true);
+        return Ok(Some(commit::append(catalog, &table, files, summary).await?));
     }
     let committer = committer.ok_or_else(|| {
         Error::Unsupported(format!(
@@ -222,11 +235,11 @@ async fn try_commit(
         },
     )
     .await?;
-    committer.commit(&table, prepared).await?;
+    let committed = committer.commit(&table, prepared).await?;
     // The files the rewrite replaced are in no snapshot: remove them (a crash before this
     // leaves them as orphans, which recovery never commits: the snapshot is there).
     for path in replaced {
         let _ = table.file_io().delete(&path).await;
     }
-    Ok(true)
+    Ok(Some(committed))
 }

@@ -60,6 +60,16 @@ pub struct PendingCommit {
     pub rows: u64,
 }
 
+impl PendingCommit {
+    /// The table's identifier.
+    pub fn ident(&self) -> Result<iceberg::TableIdent> {
+        Ok(iceberg::TableIdent::new(
+            iceberg::NamespaceIdent::from_vec(self.namespace.clone())?,
+            self.table.clone(),
+        ))
+    }
+}
+
 /// Data files written with one partition spec.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FileGroup {

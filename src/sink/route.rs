@@ -15,6 +15,7 @@ use datafusion::arrow::compute::{cast, take};
 use datafusion::arrow::datatypes::{DataType, Schema as ArrowSchema};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser as SqlParser;
+use iceberg::table::Table;
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
 
 use super::evolve::narrow_integers;
@@ -41,6 +42,10 @@ pub struct RouteOptions {
     pub case_insensitive: bool,
     /// `'json.infer.integers' = 'int'`: inferred integers are ints until a value needs a long.
     pub int_integers: bool,
+    /// Tables whose metadata (and sink) the job keeps between checkpoints.
+    pub cache_max_size: usize,
+    /// How old an idle table's metadata may be before it is loaded again.
+    pub cache_refresh: std::time::Duration,
 }
 
 impl RouteOptions {
@@ -75,22 +80,12 @@ impl RouteOptions {
         let dead_letter_table = options
             .take_str("dead-letter.table")
             .unwrap_or_else(|| crate::sink::dead_letter::DEAD_LETTER_TABLE.to_string());
-        let max_tables = match options.take_str("route.max-tables") {
-            None => 10_000,
-            Some(v) => v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                Error::Option(format!(
-                    "'route.max-tables' must be a positive number, got '{v}'"
-                ))
-            })?,
-        };
-        let max_open_tables = match options.take_str("route.max-open-tables") {
-            None => 100,
-            Some(v) => v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                Error::Option(format!(
-                    "'route.max-open-tables' must be a positive number, got '{v}'"
-                ))
-            })?,
-        };
+        let max_tables = positive(&mut options, "route.max-tables", 10_000)?;
+        let max_open_tables = positive(&mut options, "route.max-open-tables", 100)?;
+        let cache_max_size = positive(&mut options, "table-cache.max-size", 1_000)?;
+        let cache_refresh = options
+            .take_duration("table-cache.refresh-interval")?
+            .unwrap_or(std::time::Duration::from_secs(60));
         options.finish()?;
         Ok(Self {
             candidates,
@@ -101,7 +96,21 @@ impl RouteOptions {
             max_open_tables,
             case_insensitive,
             int_integers,
+            cache_max_size,
+            cache_refresh,
         })
+    }
+}
+
+/// The positive number option `key`, or `default`.
+fn positive(options: &mut Options, key: &str, default: usize) -> Result<usize> {
+    match options.take_str(key) {
+        None => Ok(default),
+        Some(v) => {
+            v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                Error::Option(format!("'{key}' must be a positive number, got '{v}'"))
+            })
+        }
     }
 }
 
@@ -294,6 +303,14 @@ impl RoutedSink {
             if !self.tables.get(&name).is_some_and(|t| t.has_open_files()) {
                 self.bound_open_files(&name).await?;
             }
+            // An idle table's metadata older than the refresh interval is loaded again, so
+            // that changes other writers made are seen before writing.
+            if let Some(t) = self.tables.get_mut(&name)
+                && t.is_idle()
+                && t.age() > self.options.cache_refresh
+            {
+                t.after_commit(None).await?;
+            }
             self.writes += 1;
             self.last_write.insert(name.clone(), self.writes);
             let Some(sink) = self.tables.get_mut(&name) else {
@@ -367,18 +384,50 @@ impl RoutedSink {
         Ok(out)
     }
 
-    /// After a checkpoint committed `tables`: reload them.
-    pub async fn reload(&mut self, tables: &[PendingCommit]) -> Result<()> {
-        let committed: std::collections::HashSet<&str> =
+    /// The tables as last committed, by identifier: what the next commit starts from.
+    pub fn known(&self) -> HashMap<TableIdent, Table> {
+        self.tables
+            .values()
+            .map(|t| (t.table().identifier().clone(), t.table().clone()))
+            .collect()
+    }
+
+    /// After a checkpoint committed `tables` (`committed` has those the commit gave back):
+    /// each is its sink's new base. Then, beyond `table-cache.max-size`, the least recently
+    /// written tables are forgotten (opened again when rows for them come).
+    pub async fn after_commit(
+        &mut self,
+        tables: &[PendingCommit],
+        committed: &HashMap<TableIdent, Table>,
+    ) -> Result<()> {
+        let names: std::collections::HashSet<&str> =
             tables.iter().map(|p| p.table.as_str()).collect();
         let mut sinks: Vec<&mut TableSink> = self
             .tables
             .iter_mut()
-            .filter(|(name, _)| committed.contains(name.as_str()))
+            .filter(|(name, _)| names.contains(name.as_str()))
             .map(|(_, sink)| sink)
             .collect();
         for chunk in sinks.chunks_mut(8) {
-            futures::future::try_join_all(chunk.iter_mut().map(|s| s.reload())).await?;
+            let reloads = chunk.iter_mut().map(|s| {
+                let ident = s.table().identifier().clone();
+                s.after_commit(committed.get(&ident))
+            });
+            futures::future::try_join_all(reloads).await?;
+        }
+        if self.tables.len() > self.options.cache_max_size {
+            let mut idle: Vec<(u64, String)> = self
+                .tables
+                .iter()
+                .filter(|(_, t)| t.is_idle())
+                .map(|(n, _)| (self.last_write.get(n).copied().unwrap_or(0), n.clone()))
+                .collect();
+            idle.sort();
+            let excess = self.tables.len() - self.options.cache_max_size;
+            for (_, name) in idle.into_iter().take(excess) {
+                self.tables.remove(&name);
+                self.last_write.remove(&name);
+            }
         }
         Ok(())
     }

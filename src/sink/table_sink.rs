@@ -10,6 +10,7 @@
 //! land in one commit (see `catalog::commit`).
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::RecordBatch;
 use iceberg::Catalog;
@@ -99,6 +100,8 @@ pub struct TableSink {
     candidates: Vec<Candidate>,
     /// Whether top-level columns match the table's ignoring ASCII case.
     case_insensitive: bool,
+    /// When `base` was loaded or committed.
+    loaded: Instant,
 }
 
 impl TableSink {
@@ -122,6 +125,7 @@ impl TableSink {
             evolve,
             candidates,
             case_insensitive: false,
+            loaded: Instant::now(),
         }
     }
 
@@ -273,13 +277,31 @@ impl TableSink {
         Ok(Some(pending))
     }
 
-    /// After the checkpoint committed: the committed table is the new base.
-    pub async fn reload(&mut self) -> Result<()> {
-        self.base = self.catalog.load_table(self.base.identifier()).await?;
+    /// After the checkpoint committed: the committed table (`committed`, or as loaded from the
+    /// catalog when the commit did not give it) is the new base.
+    pub async fn after_commit(&mut self, committed: Option<&Table>) -> Result<()> {
+        self.base = match committed {
+            Some(t) => t.clone(),
+            None => self.catalog.load_table(self.base.identifier()).await?,
+        };
+        self.loaded = Instant::now();
         self.staged = self.base.clone();
         self.schema = None;
         self.spec = None;
         Ok(())
+    }
+
+    /// Whether nothing is written or staged since the last commit.
+    pub fn is_idle(&self) -> bool {
+        self.writer.is_none()
+            && self.closed.is_empty()
+            && self.schema.is_none()
+            && self.spec.is_none()
+    }
+
+    /// How long ago the base was loaded or committed.
+    pub fn age(&self) -> Duration {
+        self.loaded.elapsed()
     }
 }
 

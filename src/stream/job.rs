@@ -7,7 +7,7 @@
 //! start: last record -> commit what the table lacks -> seek sources -> loop
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -325,6 +325,7 @@ impl<'a> Runner<'a> {
                 &record.tables,
                 &job.name,
                 record.checkpoint,
+                &HashMap::new(),
             )
             .await?;
             for (name, reader, _) in &mut readers {
@@ -572,21 +573,36 @@ impl<'a> Runner<'a> {
         self.job.store.save(&record)?;
         self.checkpoint = record.checkpoint;
         let commits = Instant::now();
-        commit_all(
+        let mut known = match &self.data {
+            Sink::Table(sink) => {
+                HashMap::from([(sink.table().identifier().clone(), sink.table().clone())])
+            }
+            Sink::Routed(routed) => routed.known(),
+        };
+        if let Some(dead) = &self.dead {
+            known.insert(dead.table().identifier().clone(), dead.table().clone());
+        }
+        let committed = commit_all(
             &self.job.target.catalog,
             self.job.target.committer.as_deref(),
             &record.tables,
             &self.job.name,
             record.checkpoint,
+            &known,
         )
         .await?;
         if !record.tables.is_empty() {
+            let after = |t: &TableSink| committed.get(t.table().identifier()).cloned();
             match &mut self.data {
-                Sink::Table(sink) => sink.reload().await?,
-                Sink::Routed(routed) => routed.reload(&record.tables).await?,
+                Sink::Table(sink) => {
+                    let c = after(sink);
+                    sink.after_commit(c.as_ref()).await?
+                }
+                Sink::Routed(routed) => routed.after_commit(&record.tables, &committed).await?,
             }
             if let Some(dead) = &mut self.dead {
-                dead.reload().await?;
+                let c = after(dead);
+                dead.after_commit(c.as_ref()).await?;
             }
         }
         self.committed_offsets = offsets;
