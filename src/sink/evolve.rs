@@ -19,7 +19,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::Int64Type;
-use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema as ArrowSchema};
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema as ArrowSchema};
 use iceberg::arrow::{arrow_type_to_type, schema_to_arrow_schema};
 use iceberg::spec::{NestedField, NestedFieldRef, PrimitiveType, Schema, StructType, Type};
 
@@ -351,43 +351,103 @@ fn fits(p: &PrimitiveType, t: &DataType) -> bool {
     )
 }
 
-/// `batch` with each top-level column named as the table's column that has the same name
-/// ignoring ASCII case (`schema.case-insensitive`); a column the table lacks keeps its name.
-/// Two columns that differ only in case are an error (their rows go to the dead-letter table).
+/// `batch` with each column named as the table's column that has the same name ignoring
+/// ASCII case (`schema.case-insensitive`), in nested structs and list elements too; a column
+/// the table lacks keeps its name. Two columns that differ only in case are an error (their
+/// rows go to the dead-letter table).
 pub fn match_case(
     table: &Schema,
     batch: &RecordBatch,
 ) -> std::result::Result<RecordBatch, Incompatible> {
-    let mut seen: std::collections::HashMap<String, String> = std::collections::HashMap::new();
-    let mut changed = false;
-    let fields: Vec<Field> = batch
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| {
-            let lower = f.name().to_ascii_lowercase();
-            if let Some(other) = seen.insert(lower.clone(), f.name().clone()) {
-                return Err(format!(
-                    "columns '{other}' and '{}' differ only in case (schema.case-insensitive)",
-                    f.name()
-                ));
-            }
-            let name = table
-                .as_struct()
-                .fields()
-                .iter()
-                .find(|t| t.name.to_ascii_lowercase() == lower)
-                .map(|t| t.name.clone())
-                .unwrap_or_else(|| f.name().clone());
-            changed |= &name != f.name();
-            Ok(f.as_ref().clone().with_name(name))
-        })
-        .collect::<std::result::Result<_, _>>()?;
+    let (fields, columns, changed) = match_fields(
+        Some(table.as_struct()),
+        batch.schema().fields(),
+        batch.columns(),
+        "",
+    )?;
     if !changed {
         return Ok(batch.clone());
     }
-    RecordBatch::try_new(Arc::new(ArrowSchema::new(fields)), batch.columns().to_vec())
+    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    RecordBatch::try_new_with_options(Arc::new(ArrowSchema::new(fields)), columns, &options)
         .map_err(|e| format!("renaming columns: {e}"))
+}
+
+/// `fields` (with their `columns`) renamed to the spelling of `table`'s fields; whether any
+/// name changed.
+fn match_fields(
+    table: Option<&StructType>,
+    fields: &Fields,
+    columns: &[ArrayRef],
+    path: &str,
+) -> std::result::Result<(Fields, Vec<ArrayRef>, bool), Incompatible> {
+    let mut seen: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let mut changed = false;
+    let mut out_fields = Vec::with_capacity(fields.len());
+    let mut out_columns = Vec::with_capacity(fields.len());
+    for (f, c) in fields.iter().zip(columns) {
+        let lower = f.name().to_ascii_lowercase();
+        if let Some(other) = seen.insert(lower.clone(), f.name().clone()) {
+            return Err(format!(
+                "columns '{path}{other}' and '{path}{}' differ only in case \
+                 (schema.case-insensitive)",
+                f.name()
+            ));
+        }
+        let target = table.and_then(|t| {
+            t.fields()
+                .iter()
+                .find(|t| t.name.to_ascii_lowercase() == lower)
+        });
+        let name = target.map_or_else(|| f.name().clone(), |t| t.name.clone());
+        changed |= &name != f.name();
+        let inner = format!("{path}{name}.");
+        let (c, inner_changed) = match_nested(target.map(|t| t.field_type.as_ref()), c, &inner)?;
+        changed |= inner_changed;
+        out_fields.push(
+            f.as_ref()
+                .clone()
+                .with_name(name)
+                .with_data_type(c.data_type().clone()),
+        );
+        out_columns.push(c);
+    }
+    Ok((out_fields.into(), out_columns, changed))
+}
+
+/// A struct or list column with its nested fields renamed as in `table`.
+fn match_nested(
+    table: Option<&Type>,
+    column: &ArrayRef,
+    path: &str,
+) -> std::result::Result<(ArrayRef, bool), Incompatible> {
+    match column.data_type() {
+        DataType::Struct(fields) => {
+            let t = match table {
+                Some(Type::Struct(t)) => Some(t),
+                _ => None,
+            };
+            let s = column.as_struct();
+            let (fields, children, changed) = match_fields(t, fields, s.columns(), path)?;
+            if !changed {
+                return Ok((column.clone(), false));
+            }
+            let out = StructArray::try_new(fields, children, s.nulls().cloned())
+                .map_err(|e| format!("renaming fields of '{path}': {e}"))?;
+            Ok((Arc::new(out), true))
+        }
+        DataType::List(field) => {
+            let l = column.as_list::<i32>();
+            let (values, changed) = match_nested(element_type(table), l.values(), path)?;
+            if !changed {
+                return Ok((column.clone(), false));
+            }
+            let out = with_values(l, field, values)
+                .map_err(|e| format!("renaming fields of '{path}': {e}"))?;
+            Ok((out, true))
+        }
+        _ => Ok((column.clone(), false)),
+    }
 }
 
 /// The field metadata key the JSON decoder sets on the columns it infers.
@@ -453,23 +513,35 @@ fn narrow(column: &ArrayRef, table: Option<&Type>) -> Result<ArrayRef> {
         }
         DataType::List(field) => {
             let l = column.as_list::<i32>();
-            let ty = match table {
-                Some(Type::List(t)) => Some(t.element_field.field_type.as_ref()),
-                _ => None,
-            };
-            let values = narrow(l.values(), ty)?;
-            let field = Arc::new(
-                field
-                    .as_ref()
-                    .clone()
-                    .with_data_type(values.data_type().clone()),
-            );
-            let out = ListArray::try_new(field, l.offsets().clone(), values, l.nulls().cloned())
-                .map_err(internal)?;
-            Ok(Arc::new(out))
+            let values = narrow(l.values(), element_type(table))?;
+            with_values(l, field, values).map_err(internal)
         }
         _ => Ok(column.clone()),
     }
+}
+
+/// The element type of a list type.
+fn element_type(list: Option<&Type>) -> Option<&Type> {
+    match list {
+        Some(Type::List(l)) => Some(l.element_field.field_type.as_ref()),
+        _ => None,
+    }
+}
+
+/// `list` with its elements replaced by `values` (of the same length, maybe another type).
+fn with_values(
+    list: &ListArray,
+    field: &FieldRef,
+    values: ArrayRef,
+) -> std::result::Result<ArrayRef, datafusion::arrow::error::ArrowError> {
+    let field = Arc::new(
+        field
+            .as_ref()
+            .clone()
+            .with_data_type(values.data_type().clone()),
+    );
+    let out = ListArray::try_new(field, list.offsets().clone(), values, list.nulls().cloned())?;
+    Ok(Arc::new(out))
 }
 
 /// `batch`'s rows in `table`'s columns: matched by name, missing ones NULL, types converted.
@@ -702,6 +774,69 @@ mod tests {
                 .unwrap_err()
                 .contains("differ only in case")
         );
+    }
+
+    #[test]
+    fn case_insensitive_matching_reaches_into_structs_and_lists() {
+        let inner = |name: &str| Fields::from(vec![Field::new(name, DataType::Int64, true)]);
+        let table = Schema::builder()
+            .with_fields(vec![Arc::new(NestedField::optional(
+                1,
+                "geo",
+                Type::Struct(StructType::new(vec![
+                    Arc::new(NestedField::optional(
+                        2,
+                        "lat",
+                        Type::Primitive(PrimitiveType::Long),
+                    )),
+                    Arc::new(NestedField::optional(
+                        3,
+                        "pts",
+                        Type::List(iceberg::spec::ListType::new(Arc::new(
+                            NestedField::list_element(
+                                4,
+                                Type::Struct(StructType::new(vec![Arc::new(
+                                    NestedField::optional(
+                                        5,
+                                        "x",
+                                        Type::Primitive(PrimitiveType::Long),
+                                    ),
+                                )])),
+                                false,
+                            ),
+                        ))),
+                    )),
+                ])),
+            ))])
+            .build()
+            .unwrap();
+        let point =
+            StructArray::try_new(inner("X"), vec![Arc::new(Int64Array::from(vec![7]))], None)
+                .unwrap();
+        let element = Arc::new(Field::new("item", point.data_type().clone(), true));
+        let pts = ListArray::try_new(
+            element,
+            datafusion::arrow::buffer::OffsetBuffer::from_lengths([1]),
+            Arc::new(point),
+            None,
+        )
+        .unwrap();
+        let geo = StructArray::try_new(
+            Fields::from(vec![
+                Field::new("LAT", DataType::Int64, true),
+                Field::new("Pts", pts.data_type().clone(), true),
+            ]),
+            vec![Arc::new(Int64Array::from(vec![1])), Arc::new(pts)],
+            None,
+        )
+        .unwrap();
+        let b = batch(vec![("Geo", Arc::new(geo))]);
+        let renamed = match_case(&table, &b).unwrap();
+        assert_eq!(
+            renamed.schema().field(0).data_type().to_string(),
+            "Struct(\"lat\": Int64, \"pts\": List(Struct(\"x\": Int64)))"
+        );
+        assert_eq!(renamed.schema().field(0).name(), "geo");
     }
 
     #[test]
