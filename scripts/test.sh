@@ -36,8 +36,9 @@ step "cargo test (unit, CLI, sqllogictest)"
 cargo test
 
 FLOE_BIN="$TARGET/debug/floe"
-step "seeding the Kafka topic that sql/kafka.sql reads"
+step "seeding the Kafka topics that sql/kafka.sql and sql/avro.sql read"
 "$FLOE_TEST_PYTHON" scripts/kafka-seed.py --bootstrap "$FLOE_KAFKA"
+"$FLOE_TEST_PYTHON" scripts/avro-seed.py --bootstrap "$FLOE_KAFKA" --registry "$FLOE_SCHEMA_REGISTRY"
 
 step "sql/*.sql scripts"
 "$FLOE_TEST_PYTHON" scripts/seed-kinesis.py

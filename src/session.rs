@@ -362,9 +362,9 @@ impl Session {
                 ))
             })?;
         let mut cols: [Vec<String>; 3] = Default::default();
-        if def.is_inferred() {
+        if let Some(from) = def.columns_from() {
             cols[0].push("# Columns".to_string());
-            cols[1].push("inferred from each JSON record".to_string());
+            cols[1].push(from.to_string());
             cols[2].push(String::new());
         }
         for f in def.schema.fields() {

@@ -56,12 +56,20 @@ pub fn iceberg_schema(schema: &ArrowSchema, all_optional: bool) -> Result<Schema
 }
 
 fn normalize_field(f: &Field, all_optional: bool) -> Result<Field> {
-    Ok(Field::new(
+    let out = Field::new(
         f.name(),
         normalize_type(f.data_type(), f.name())?,
         all_optional || f.is_nullable(),
-    ))
+    );
+    // A column doc (from an Avro field doc, say) becomes the Iceberg field's doc.
+    Ok(match f.metadata().get(FIELD_DOC) {
+        Some(doc) => out.with_metadata([(FIELD_DOC.to_string(), doc.clone())].into()),
+        None => out,
+    })
 }
+
+/// The Arrow field metadata key iceberg-rust reads an Iceberg field's doc from.
+pub const FIELD_DOC: &str = "doc";
 
 /// The nearest Arrow type that maps to an Iceberg type.
 fn normalize_type(dt: &DataType, name: &str) -> Result<DataType> {

@@ -131,9 +131,9 @@ impl FilesystemReader {
 
     /// Decode `lines` (starting at 0-based line `first_line` of `file`); lines that do not
     /// decode are returned as rejects, the others as a batch with metadata columns.
-    fn decode(&self, file: &str, first_line: u64, lines: &[String]) -> Result<Poll> {
+    async fn decode(&self, file: &str, first_line: u64, lines: &[String]) -> Result<Poll> {
         let records: Vec<&[u8]> = lines.iter().map(|l| l.as_bytes()).collect();
-        let decoded = self.options.decoder.decode(&records)?;
+        let decoded = self.options.decoder.decode(&records).await?;
         let number = |i: usize| first_line + i as u64 + 1;
         let rejects = decoded
             .errors
@@ -191,7 +191,7 @@ impl SourceReader for FilesystemReader {
         };
         let done = self.consumed.get(&file).copied().unwrap_or(0) as usize;
         let end = (done + max_rows.max(1)).min(lines.len());
-        let poll = self.decode(&file, done as u64, &lines[done..end])?;
+        let poll = self.decode(&file, done as u64, &lines[done..end]).await?;
         self.consumed.insert(file.clone(), end as u64);
         if end < lines.len() {
             self.current = Some((file, lines));

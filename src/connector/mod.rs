@@ -175,14 +175,19 @@ impl SourceDef {
         }
     }
 
-    /// Whether the source's data columns are inferred from each record (JSON with no
-    /// declared data columns): its `schema` then holds only the metadata columns declared.
+    /// Whether the source's data columns come from the records (JSON inferred per record, or
+    /// Avro writer schemas): its `schema` then holds only the metadata columns declared.
     pub fn is_inferred(&self) -> bool {
+        self.columns_from().is_some()
+    }
+
+    /// Where the data columns come from when they are not declared, in words.
+    pub fn columns_from(&self) -> Option<&'static str> {
         match &self.connector {
-            Connector::Datagen(_) => false,
-            Connector::Filesystem(o) => o.decoder.is_inferred(),
-            Connector::Kafka(o) => o.decoder.is_inferred(),
-            Connector::Kinesis(o) => o.decoder.is_inferred(),
+            Connector::Datagen(_) => None,
+            Connector::Filesystem(o) => o.decoder.columns_from(),
+            Connector::Kafka(o) => o.decoder.columns_from(),
+            Connector::Kinesis(o) => o.decoder.columns_from(),
         }
     }
 

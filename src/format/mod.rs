@@ -12,6 +12,7 @@
 //! ones with their reason. Inferred records are first grouped by shape, then each group is
 //! decoded the same way into its own schema.
 
+pub mod avro;
 pub mod infer;
 
 use std::collections::HashMap;
@@ -24,14 +25,19 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 
 use crate::error::{Error, Result};
 use crate::sql::Options;
+use avro::AvroDecoder;
 use infer::{ShapeCache, record_shape, shape_key};
 
 /// How records are laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     Json,
-    Csv { delimiter: u8 },
+    Csv {
+        delimiter: u8,
+    },
     Raw,
+    /// Avro, with the writer schema from a registry or the source's options.
+    Avro,
 }
 
 /// Decodes records of one format into the declared schema, or into a schema per record
@@ -42,6 +48,8 @@ pub struct Decoder {
     schema: SchemaRef,
     /// Set when the columns are inferred from each record.
     inference: Option<Inference>,
+    /// Set for Avro: the writer schemas and how to get them.
+    avro: Option<Arc<AvroDecoder>>,
 }
 
 /// Per-record schema inference for JSON.
@@ -73,6 +81,20 @@ impl Decoder {
     /// A decoder for the `'format'` option (and its own options) into `schema`; with no
     /// columns in `schema`, a JSON decoder infers them per record.
     pub fn try_new(format: &str, options: &mut Options, schema: SchemaRef) -> Result<Self> {
+        if format == "avro" || format == "avro-confluent" {
+            if !schema.fields().is_empty() {
+                return Err(Error::Plan(format!(
+                    "'format' = '{format}' takes its columns from the Avro writer schema; \
+                     declare only metadata columns (or none)"
+                )));
+            }
+            return Ok(Self {
+                format: Format::Avro,
+                schema,
+                inference: None,
+                avro: Some(Arc::new(AvroDecoder::try_new(format, options)?)),
+            });
+        }
         let timestamps = options.take_bool("json.timestamp-inference")?;
         let inferred = format == "json" && schema.fields().is_empty();
         if timestamps.is_some() && !inferred {
@@ -123,7 +145,8 @@ impl Decoder {
             }
             other => {
                 return Err(Error::Option(format!(
-                    "'format' = '{other}' is not supported; use 'json', 'csv' or 'raw'"
+                    "'format' = '{other}' is not supported; use 'json', 'csv', 'raw', 'avro' \
+                     or 'avro-confluent'"
                 )));
             }
         };
@@ -131,12 +154,25 @@ impl Decoder {
             format,
             schema,
             inference,
+            avro: None,
         })
     }
 
-    /// Whether the columns are inferred from each record.
+    /// Where the columns come from when they are not declared, in words.
+    pub fn columns_from(&self) -> Option<&'static str> {
+        if self.avro.is_some() {
+            Some("each record's Avro writer schema")
+        } else if self.inference.is_some() {
+            Some("inferred from each JSON record")
+        } else {
+            None
+        }
+    }
+
+    /// Whether the columns come from the records (JSON inferred per record, or Avro writer
+    /// schemas) rather than from the declaration.
     pub fn is_inferred(&self) -> bool {
-        self.inference.is_some()
+        self.inference.is_some() || self.avro.is_some()
     }
 
     /// The format.
@@ -144,8 +180,13 @@ impl Decoder {
         self.format
     }
 
-    /// Decode `records`.
-    pub fn decode(&self, records: &[&[u8]]) -> Result<Decoded> {
+    /// Decode `records`. Fails only when something outside the records fails (a schema
+    /// registry that cannot be reached): bad records are returned as errors.
+    pub async fn decode(&self, records: &[&[u8]]) -> Result<Decoded> {
+        if let Some(avro) = &self.avro {
+            avro.resolve(records).await?;
+            return avro.decode(records);
+        }
         let Some(inference) = &self.inference else {
             let (group, errors) = decode_group(self.format, &self.schema, records, |i| i)?;
             return Ok(Decoded {
@@ -273,6 +314,7 @@ fn decode_all(
                 batches.push(b.map_err(|e| e.to_string())?);
             }
         }
+        Format::Avro => return Err("Avro is decoded by the Avro decoder".to_string()),
         Format::Raw => {
             let column: ArrayRef = match schema.field(0).data_type() {
                 DataType::Utf8 => Arc::new(StringArray::from_iter_values(
@@ -315,8 +357,8 @@ mod tests {
         Decoder::try_new(format, &mut o, schema).unwrap()
     }
 
-    #[test]
-    fn json_keeps_the_good_records_and_names_the_bad() {
+    #[tokio::test]
+    async fn json_keeps_the_good_records_and_names_the_bad() {
         let d = decoder("json");
         let recs: Vec<&[u8]> = vec![
             br#"{"id": 1, "name": "a"}"#,
@@ -325,7 +367,7 @@ mod tests {
             br#"{"id": 3} {"id": 4}"#,
             br#"{"id": 5, "extra": true}"#,
         ];
-        let out = d.decode(&recs).unwrap();
+        let out = d.decode(&recs).await.unwrap();
         let g = &out.groups[0];
         assert_eq!(g.rows, vec![0, 2, 4]);
         assert_eq!(
@@ -340,14 +382,17 @@ mod tests {
         assert_eq!(bad, vec![1, 3]);
     }
 
-    #[test]
-    fn csv_and_raw() {
-        let out = decoder("csv").decode(&[b"1,a", b"oops,b", b"3,"]).unwrap();
+    #[tokio::test]
+    async fn csv_and_raw() {
+        let out = decoder("csv")
+            .decode(&[b"1,a", b"oops,b", b"3,"])
+            .await
+            .unwrap();
         assert_eq!(out.groups[0].rows, vec![0, 2]);
         let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Utf8, true)]));
         let mut o = Options::try_new("t", []).unwrap();
         let raw = Decoder::try_new("raw", &mut o, schema).unwrap();
-        let out = raw.decode(&[b"hello", &[0xff, 0xfe]]).unwrap();
+        let out = raw.decode(&[b"hello", &[0xff, 0xfe]]).await.unwrap();
         assert_eq!(out.groups[0].rows, vec![0]);
         assert_eq!(
             out.groups[0].batch.column(0).as_string::<i32>().value(0),
@@ -355,8 +400,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn inferred_json_is_grouped_by_shape() {
+    #[tokio::test]
+    async fn inferred_json_is_grouped_by_shape() {
         let mut o = Options::try_new("t", []).unwrap();
         let d = Decoder::try_new("json", &mut o, Arc::new(Schema::empty())).unwrap();
         assert!(d.is_inferred());
@@ -367,7 +412,7 @@ mod tests {
             br#"{"id": 3, "name": "c", "extra": null}"#,
             br#"{"id": 4.5, "name": "d"}"#,
         ];
-        let out = d.decode(&recs).unwrap();
+        let out = d.decode(&recs).await.unwrap();
         let rows: Vec<Vec<usize>> = out.groups.iter().map(|g| g.rows.clone()).collect();
         assert_eq!(rows, vec![vec![0, 3], vec![1], vec![4]]);
         assert_eq!(out.errors.len(), 1);
@@ -393,7 +438,7 @@ mod tests {
             ]
         );
         // A second poll of the same shape gets the same schema, so plans keyed by it hold.
-        let again = d.decode(&[br#"{"id": 9, "name": "z"}"#]).unwrap();
+        let again = d.decode(&[br#"{"id": 9, "name": "z"}"#]).await.unwrap();
         assert!(Arc::ptr_eq(
             &again.groups[0].batch.schema(),
             &out.groups[0].batch.schema()

@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use crate::catalog::schema::type_name;
+use crate::catalog::schema::{FIELD_DOC, type_name};
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, ListArray, RecordBatch, RecordBatchOptions, StructArray,
     new_null_array,
@@ -117,7 +117,11 @@ fn merge_struct(
         // New fields get their id before their children's: re-number depth-first.
         let ty = renumber(ty, next_id);
         changed = true;
-        out.push(Arc::new(NestedField::optional(id, f.name(), ty)));
+        let field = NestedField::optional(id, f.name(), ty);
+        out.push(Arc::new(match f.metadata().get(FIELD_DOC) {
+            Some(doc) => field.with_doc(doc),
+            None => field,
+        }));
     }
     Ok(changed.then_some(out))
 }

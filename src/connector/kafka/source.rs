@@ -331,7 +331,7 @@ impl SourceReader for KafkaReader {
         if raw.is_empty() {
             return Ok(Poll::Idle);
         }
-        let (batches, rejects) = decode(&self.schema, &self.options.decoder, &raw)?;
+        let (batches, rejects) = decode(&self.schema, &self.options.decoder, &raw).await?;
         Ok(Poll::Records { batches, rejects })
     }
 

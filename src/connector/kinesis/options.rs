@@ -328,8 +328,8 @@ mod tests {
         assert!(unknown.contains("did you mean 'aws.region'?"), "{unknown}");
     }
 
-    #[test]
-    fn metadata_columns_must_have_their_types() {
+    #[tokio::test]
+    async fn metadata_columns_must_have_their_types() {
         let ok = schema(&[
             ("_shard", DataType::Utf8),
             (
@@ -339,7 +339,7 @@ mod tests {
         ]);
         let o = parse_with(&ok, &[]).unwrap();
         // The decoder sees only the data columns.
-        let decoded = o.decoder.decode(&[br#"{"id": 7}"#]).unwrap();
+        let decoded = o.decoder.decode(&[br#"{"id": 7}"#]).await.unwrap();
         assert_eq!(decoded.groups[0].batch.num_columns(), 1);
         let bad = schema(&[("_sequence", DataType::Int64)]);
         let err = parse_with(&bad, &[]).unwrap_err().to_string();

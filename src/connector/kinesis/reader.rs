@@ -242,11 +242,11 @@ impl KinesisReader {
             Err(f) => return self.shard_failed(shard, "GetRecords", f).map(|()| None),
         };
         self.failing = None;
-        self.take(shard, fetched)
+        self.take(shard, fetched).await
     }
 
     /// Turn a GetRecords answer into a poll, and move the shard's position past it.
-    fn take(&mut self, shard: &str, fetched: Fetched) -> Result<Option<Poll>> {
+    async fn take(&mut self, shard: &str, fetched: Fetched) -> Result<Option<Poll>> {
         let Fetched {
             records,
             next_iterator,
@@ -265,7 +265,7 @@ impl KinesisReader {
             None => records.len(),
         };
         let poll = if keep > 0 {
-            Some(self.decode(shard, &records[..keep])?)
+            Some(self.decode(shard, &records[..keep]).await?)
         } else {
             None
         };
@@ -337,9 +337,9 @@ impl KinesisReader {
     }
 
     /// Decode records of `shard` into a batch (with metadata columns) and rejects.
-    fn decode(&self, shard: &str, records: &[Record]) -> Result<Poll> {
+    async fn decode(&self, shard: &str, records: &[Record]) -> Result<Poll> {
         let data: Vec<&[u8]> = records.iter().map(|r| r.data().as_ref()).collect();
-        let decoded = self.options.decoder.decode(&data)?;
+        let decoded = self.options.decoder.decode(&data).await?;
         let rejects = decoded
             .errors
             .iter()
@@ -499,8 +499,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn records_become_rows_and_rejects_and_move_the_offset() {
+    #[tokio::test]
+    async fn records_become_rows_and_rejects_and_move_the_offset() {
         let mut r = reader(&[]);
         let records = vec![
             record("11", r#"{"id": 1}"#, 1_714_521_600_054),
@@ -510,7 +510,7 @@ mod tests {
         let Some(Poll::Records {
             batches: batch,
             rejects,
-        }) = r.take("s0", fetched(records, Some("it"))).unwrap()
+        }) = r.take("s0", fetched(records, Some("it"))).await.unwrap()
         else {
             panic!("no records")
         };
@@ -549,17 +549,17 @@ mod tests {
         assert_eq!(r.offsets()["s1"], "trim-horizon");
     }
 
-    #[test]
-    fn a_closed_shard_without_a_next_iterator_is_drained() {
+    #[tokio::test]
+    async fn a_closed_shard_without_a_next_iterator_is_drained() {
         let mut r = reader(&[]);
         let last = vec![record("7", r#"{"id": 7}"#, 1)];
-        assert!(r.take("s1", fetched(last, None)).unwrap().is_some());
+        assert!(r.take("s1", fetched(last, None)).await.unwrap().is_some());
         assert_eq!(r.offsets()["s1"], "drained");
         assert!(!r.tracker.readable().contains(&"s1".to_string()));
     }
 
-    #[test]
-    fn a_bounded_source_returns_nothing_after_its_stop_time() {
+    #[tokio::test]
+    async fn a_bounded_source_returns_nothing_after_its_stop_time() {
         let mut r = reader(&[("scan.bounded.mode", "latest")]);
         r.tracker.set_stop_at_once(1_000);
         let records = vec![
@@ -568,7 +568,7 @@ mod tests {
             record("3", r#"{"id": 3}"#, 1_001),
         ];
         let Some(Poll::Records { batches: batch, .. }) =
-            r.take("s0", fetched(records, Some("i"))).unwrap()
+            r.take("s0", fetched(records, Some("i"))).await.unwrap()
         else {
             panic!("no records")
         };
@@ -580,9 +580,14 @@ mod tests {
             "s0 is at its bound"
         );
         // The closed shard is read to its end, even when an empty answer says caught up.
-        assert!(r.take("s1", fetched(vec![], Some("i"))).unwrap().is_none());
+        assert!(
+            r.take("s1", fetched(vec![], Some("i")))
+                .await
+                .unwrap()
+                .is_none()
+        );
         assert!(!r.tracker.finished());
-        assert!(r.take("s1", fetched(vec![], None)).unwrap().is_none());
+        assert!(r.take("s1", fetched(vec![], None)).await.unwrap().is_none());
         assert!(r.tracker.finished());
     }
 }

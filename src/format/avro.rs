@@ -1,0 +1,552 @@
+//! Avro records: the Confluent wire format with a schema registry, or a schema given with the
+//! source (`'avro.schema'`, `'avro.schema-file'`).
+//!
+//! ```text
+//! 'avro-confluent'   0x00 | schema id (4 bytes, big-endian) | Avro binary body
+//! 'avro'             Avro binary body, written with the given schema
+//! ```
+//!
+//! Each writer schema is fetched once (`GET <url>/schemas/ids/<id>`) and kept, with the Arrow
+//! schema arrow-avro gives it. Records are grouped by writer schema and each group decoded by
+//! arrow-avro in one go, so a new schema version is simply a new group (a new input schema
+//! for the job's query, and new columns for a routed table). Enums are read as strings, and
+//! field docs become column docs.
+//!
+//! A registry that cannot be reached fails the poll (the job retries); a schema id the
+//! registry does not know, a body that does not decode, or a schema floe cannot map (a union
+//! other than `[null, T]`) makes the records dead letters with the reason.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use arrow_avro::reader::ReaderBuilder;
+use arrow_avro::schema::{AvroSchema, Fingerprint, FingerprintAlgorithm, SchemaStore};
+use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef};
+
+use super::{Decoded, Group};
+use crate::error::{Error, Result};
+use crate::sql::Options;
+
+/// Where writer schemas come from.
+#[derive(Debug)]
+enum Source {
+    /// A Confluent-compatible registry.
+    Registry {
+        url: String,
+        /// `user:password` for basic auth.
+        user_info: Option<String>,
+        client: reqwest::Client,
+    },
+    /// The one schema given with the source.
+    Given,
+}
+
+/// A writer schema as floe knows it.
+#[derive(Debug, Clone)]
+enum Writer {
+    /// Decodable: the Avro schema and the Arrow schema of its records.
+    Known { avro: AvroSchema, arrow: SchemaRef },
+    /// Records written with it cannot be read, and why.
+    Unusable(String),
+}
+
+/// Decodes Avro records, fetching writer schemas as they appear.
+#[derive(Debug)]
+pub struct AvroDecoder {
+    source: Source,
+    writers: Mutex<HashMap<u32, Writer>>,
+}
+
+/// The schema id the given schema is filed under.
+const GIVEN: u32 = 0;
+
+impl AvroDecoder {
+    /// A decoder for `format` (`avro-confluent` or `avro`) and its options.
+    pub fn try_new(format: &str, options: &mut Options) -> Result<Self> {
+        match format {
+            "avro-confluent" => {
+                let url = options.require_str("avro-confluent.url")?;
+                let user_info = options.take_str("avro-confluent.basic-auth.user-info");
+                Ok(Self {
+                    source: Source::Registry {
+                        url: url.trim_end_matches('/').to_string(),
+                        user_info,
+                        client: reqwest::Client::new(),
+                    },
+                    writers: Mutex::default(),
+                })
+            }
+            _ => {
+                let text = match (
+                    options.take_str("avro.schema"),
+                    options.take_str("avro.schema-file"),
+                ) {
+                    (Some(s), None) => s,
+                    (None, Some(path)) => std::fs::read_to_string(&path)
+                        .map_err(|e| Error::io(format!("reading 'avro.schema-file' {path}"), e))?,
+                    _ => {
+                        return Err(Error::Option(
+                            "'format' = 'avro' needs the writer schema: 'avro.schema' (the schema \
+                             as JSON) or 'avro.schema-file' (a path), one of them"
+                                .to_string(),
+                        ));
+                    }
+                };
+                // A schema that cannot be read is an error now, not a dead letter per record.
+                let writer = writer(&text);
+                if let Writer::Unusable(why) = &writer {
+                    return Err(Error::Plan(format!("'avro.schema': {why}")));
+                }
+                Ok(Self {
+                    source: Source::Given,
+                    writers: Mutex::new(HashMap::from([(GIVEN, writer)])),
+                })
+            }
+        }
+    }
+
+    /// The schema id and body of `record`.
+    fn split<'a>(&self, record: &'a [u8]) -> std::result::Result<(u32, &'a [u8]), String> {
+        match self.source {
+            Source::Given => Ok((GIVEN, record)),
+            Source::Registry { .. } => match record {
+                [0, a, b, c, d, body @ ..] => Ok((u32::from_be_bytes([*a, *b, *c, *d]), body)),
+                [m, ..] => Err(format!(
+                    "not in the Confluent wire format: the first byte is {m}, not the magic byte 0"
+                )),
+                [] => Err("empty record".to_string()),
+            },
+        }
+    }
+
+    /// Fetch the writer schemas of `records` not seen before. Fails when the registry cannot
+    /// be reached (a retryable error); an id it does not know is remembered as unusable.
+    pub async fn resolve(&self, records: &[&[u8]]) -> Result<()> {
+        let Source::Registry {
+            url,
+            user_info,
+            client,
+        } = &self.source
+        else {
+            return Ok(());
+        };
+        let mut missing: Vec<u32> = {
+            let writers = self.lock()?;
+            records
+                .iter()
+                .filter_map(|r| self.split(r).ok().map(|(id, _)| id))
+                .filter(|id| !writers.contains_key(id))
+                .collect()
+        };
+        missing.sort_unstable();
+        missing.dedup();
+        for id in missing {
+            let mut request = client.get(format!("{url}/schemas/ids/{id}"));
+            if let Some(info) = user_info {
+                let (user, password) = info.split_once(':').unwrap_or((info.as_str(), ""));
+                request = request.basic_auth(user, Some(password));
+            }
+            let unreachable = |e: String| {
+                Error::Source(format!("schema registry {url}: fetching schema {id}: {e}"))
+            };
+            let response = request
+                .send()
+                .await
+                .map_err(|e| unreachable(e.to_string()))?;
+            let status = response.status();
+            let found = if status == reqwest::StatusCode::NOT_FOUND {
+                Writer::Unusable(format!(
+                    "schema id {id} is unknown to the registry at {url}"
+                ))
+            } else if status.is_success() {
+                let body: serde_json::Value = response
+                    .json()
+                    .await
+                    .map_err(|e| unreachable(e.to_string()))?;
+                match (
+                    body.get("schema").and_then(|s| s.as_str()),
+                    body.get("schemaType"),
+                ) {
+                    (Some(text), None) => writer(text),
+                    (Some(text), Some(t)) if t == "AVRO" => writer(text),
+                    (_, Some(t)) => {
+                        Writer::Unusable(format!("schema id {id} is a {t} schema, not Avro"))
+                    }
+                    (None, None) => Writer::Unusable(format!(
+                        "the registry's answer for schema id {id} has no schema"
+                    )),
+                }
+            } else {
+                return Err(unreachable(format!("HTTP {status}")));
+            };
+            self.lock()?.insert(id, found);
+        }
+        Ok(())
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, HashMap<u32, Writer>>> {
+        self.writers
+            .lock()
+            .map_err(|_| Error::Internal("Avro schema cache lock poisoned".into()))
+    }
+
+    /// Decode `records` (resolved first, see [`AvroDecoder::resolve`]) in groups of one writer
+    /// schema each; the others are returned with their errors.
+    pub fn decode(&self, records: &[&[u8]]) -> Result<Decoded> {
+        let mut errors = Vec::new();
+        let mut order: Vec<u32> = Vec::new();
+        let mut by_id: HashMap<u32, Vec<usize>> = HashMap::new();
+        for (i, r) in records.iter().enumerate() {
+            match self.split(r) {
+                Ok((id, _)) => by_id
+                    .entry(id)
+                    .or_insert_with(|| {
+                        order.push(id);
+                        Vec::new()
+                    })
+                    .push(i),
+                Err(e) => errors.push((i, e)),
+            }
+        }
+        let writers = self.lock()?.clone();
+        let mut groups = Vec::new();
+        for id in order {
+            let rows = by_id.remove(&id).unwrap_or_default();
+            let (avro, arrow) = match writers.get(&id) {
+                Some(Writer::Known { avro, arrow }) => (avro, arrow),
+                Some(Writer::Unusable(why)) => {
+                    errors.extend(rows.iter().map(|&i| (i, why.clone())));
+                    continue;
+                }
+                None => {
+                    let why = format!("schema id {id} was not fetched from the registry");
+                    errors.extend(rows.iter().map(|&i| (i, why.clone())));
+                    continue;
+                }
+            };
+            let bodies: Vec<&[u8]> = rows
+                .iter()
+                .map(|&i| self.split(records[i]).map(|(_, b)| b).unwrap_or_default())
+                .collect();
+            match decode_bodies(avro, arrow, &bodies) {
+                Ok(batch) => groups.push(Group { batch, rows }),
+                Err(_) => {
+                    // Find the bad ones: decode one by one.
+                    let mut good = Vec::new();
+                    let mut kept = Vec::new();
+                    for (j, body) in bodies.iter().enumerate() {
+                        match decode_bodies(avro, arrow, std::slice::from_ref(body)) {
+                            Ok(b) => {
+                                good.push(b);
+                                kept.push(rows[j]);
+                            }
+                            Err(e) => errors.push((rows[j], e)),
+                        }
+                    }
+                    if !good.is_empty() {
+                        let batch = datafusion::arrow::compute::concat_batches(arrow, &good)
+                            .map_err(|e| Error::Internal(format!("joining Avro records: {e}")))?;
+                        groups.push(Group { batch, rows: kept });
+                    }
+                }
+            }
+        }
+        errors.sort_by_key(|(i, _)| *i);
+        Ok(Decoded { groups, errors })
+    }
+}
+
+/// The writer schema of `text` (Avro schema JSON), if floe can read its records.
+fn writer(text: &str) -> Writer {
+    let avro = AvroSchema::new(text.to_string());
+    let arrow = match probe_schema(&avro) {
+        Ok(s) => s,
+        Err(e) => return Writer::Unusable(format!("the Avro schema cannot be read: {e}")),
+    };
+    if let Some(name) = union_field(arrow.fields(), "") {
+        return Writer::Unusable(format!(
+            "field '{name}' is a union of several types; floe reads unions only as \
+             [\"null\", T] (an optional T)"
+        ));
+    }
+    let docs: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+    let arrow = Arc::new(Schema::new(
+        arrow
+            .fields()
+            .iter()
+            .map(|f| floe_field(f, doc_of(&docs, f.name())))
+            .collect::<Vec<_>>(),
+    ));
+    Writer::Known { avro, arrow }
+}
+
+/// The Arrow schema arrow-avro reads records of `avro` as.
+fn probe_schema(avro: &AvroSchema) -> std::result::Result<SchemaRef, String> {
+    Ok(build_decoder(avro)?.schema())
+}
+
+fn build_decoder(avro: &AvroSchema) -> std::result::Result<arrow_avro::reader::Decoder, String> {
+    let mut store = SchemaStore::new_with_type(FingerprintAlgorithm::Id);
+    store
+        .set(Fingerprint::Id(GIVEN), avro.clone())
+        .map_err(|e| e.to_string())?;
+    ReaderBuilder::new()
+        .with_batch_size(1 << 20)
+        .with_writer_schema_store(store)
+        .with_active_fingerprint(Fingerprint::Id(GIVEN))
+        .build_decoder()
+        .map_err(|e| e.to_string())
+}
+
+/// The first field (a path) whose type is a union arrow-avro kept as a union.
+fn union_field(fields: &Fields, path: &str) -> Option<String> {
+    fields.iter().find_map(|f| {
+        let name = format!("{path}{}", f.name());
+        match f.data_type() {
+            DataType::Union(_, _) => Some(name),
+            DataType::Struct(children) => union_field(children, &format!("{name}.")),
+            DataType::List(e) | DataType::LargeList(e) => {
+                union_field(&Fields::from(vec![e.clone()]), &format!("{name}."))
+            }
+            DataType::Map(entries, _) => {
+                union_field(&Fields::from(vec![entries.clone()]), &format!("{name}."))
+            }
+            _ => None,
+        }
+    })
+}
+
+/// The `doc` of top-level field `name` in the schema JSON, if it has one.
+fn doc_of(schema: &serde_json::Value, name: &str) -> Option<String> {
+    schema
+        .get("fields")?
+        .as_array()?
+        .iter()
+        .find(|f| f.get("name").and_then(|n| n.as_str()) == Some(name))?
+        .get("doc")?
+        .as_str()
+        .map(str::to_string)
+}
+
+/// `f` as floe keeps it: enums (dictionaries) as strings, the doc as Iceberg's column doc.
+fn floe_field(f: &FieldRef, doc: Option<String>) -> Field {
+    let mut out = f.as_ref().clone().with_data_type(plain_type(f.data_type()));
+    if let Some(doc) = doc {
+        let mut metadata = out.metadata().clone();
+        metadata.insert(crate::catalog::schema::FIELD_DOC.to_string(), doc);
+        out = out.with_metadata(metadata);
+    }
+    out
+}
+
+/// `t` with dictionaries (Avro enums) as their value type.
+fn plain_type(t: &DataType) -> DataType {
+    match t {
+        DataType::Dictionary(_, v) => plain_type(v),
+        DataType::Struct(fields) => DataType::Struct(
+            fields
+                .iter()
+                .map(|f| f.as_ref().clone().with_data_type(plain_type(f.data_type())))
+                .collect::<Vec<_>>()
+                .into(),
+        ),
+        DataType::List(e) => DataType::List(Arc::new(
+            e.as_ref().clone().with_data_type(plain_type(e.data_type())),
+        )),
+        DataType::Map(e, sorted) => DataType::Map(
+            Arc::new(e.as_ref().clone().with_data_type(plain_type(e.data_type()))),
+            *sorted,
+        ),
+        other => other.clone(),
+    }
+}
+
+/// Decode Avro bodies written with `avro` into a batch of `arrow` (their floe schema).
+fn decode_bodies(
+    avro: &AvroSchema,
+    arrow: &SchemaRef,
+    bodies: &[&[u8]],
+) -> std::result::Result<RecordBatch, String> {
+    let mut decoder = build_decoder(avro)?;
+    // Each body behind a Confluent header naming the one schema: a body is never mistaken
+    // for a header, whatever its first bytes.
+    let mut framed = Vec::with_capacity(bodies.iter().map(|b| b.len() + 5).sum());
+    for b in bodies {
+        framed.push(0);
+        framed.extend_from_slice(&GIVEN.to_be_bytes());
+        framed.extend_from_slice(b);
+    }
+    let mut at = 0;
+    while at < framed.len() {
+        let n = decoder.decode(&framed[at..]).map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("the record ends before its last field".to_string());
+        }
+        at += n;
+    }
+    let batch = decoder
+        .flush()
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| "the record ends before its last field".to_string())?;
+    if batch.num_rows() != bodies.len() {
+        return Err(format!(
+            "{} records decoded into {} rows (a record has bytes left over or is cut short)",
+            bodies.len(),
+            batch.num_rows()
+        ));
+    }
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(arrow.fields())
+        .map(|(c, f)| {
+            if c.data_type() == f.data_type() {
+                Ok(c.clone())
+            } else {
+                cast(c, f.data_type()).map_err(|e| e.to_string())
+            }
+        })
+        .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
+    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    RecordBatch::try_new_with_options(arrow.clone(), columns, &options).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::datatypes::Int64Type;
+
+    use super::*;
+
+    /// Avro's zig-zag varint.
+    fn long(n: i64) -> Vec<u8> {
+        let mut z = ((n << 1) ^ (n >> 63)) as u64;
+        let mut out = Vec::new();
+        loop {
+            let b = (z & 0x7f) as u8;
+            z >>= 7;
+            if z == 0 {
+                out.push(b);
+                return out;
+            }
+            out.push(b | 0x80);
+        }
+    }
+
+    fn string(s: &str) -> Vec<u8> {
+        let mut out = long(s.len() as i64);
+        out.extend_from_slice(s.as_bytes());
+        out
+    }
+
+    pub const SCHEMA: &str = r#"{"type": "record", "name": "Order", "fields": [
+        {"name": "id", "type": "long", "doc": "the order id"},
+        {"name": "status", "type": {"type": "enum", "name": "S", "symbols": ["NEW", "PAID"]}},
+        {"name": "note", "type": ["null", "string"], "default": null},
+        {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
+        {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+        {"name": "attrs", "type": {"type": "map", "values": "long"}},
+        {"name": "who", "type": {"type": "record", "name": "W", "fields": [{"name": "n", "type": "string"}]}}
+    ]}"#;
+
+    /// One record of [`SCHEMA`].
+    pub fn order(id: i64, paid: bool, note: Option<&str>) -> Vec<u8> {
+        let mut b = long(id);
+        b.extend(long(i64::from(paid)));
+        match note {
+            None => b.extend(long(0)),
+            Some(n) => {
+                b.extend(long(1));
+                b.extend(string(n));
+            }
+        }
+        b.extend(long(2)); // 12.34 as the two-byte big-endian unscaled 1234
+        b.extend([0x04, 0xd2]);
+        b.extend(long(1_714_557_600_000_000));
+        b.extend(long(19_844));
+        b.extend(long(2));
+        b.extend(string("a"));
+        b.extend(string("b"));
+        b.extend(long(0));
+        b.extend(long(1));
+        b.extend(string("k"));
+        b.extend(long(7));
+        b.extend(long(0));
+        b.extend(string("ann"));
+        b
+    }
+
+    fn given(schema: &str) -> AvroDecoder {
+        let pair = ("avro.schema".to_string(), schema.to_string());
+        let mut o = Options::try_new("t", [pair]).unwrap();
+        AvroDecoder::try_new("avro", &mut o).unwrap()
+    }
+
+    #[test]
+    fn types_map_exactly_and_bad_bodies_are_named() {
+        let d = given(SCHEMA);
+        let a = order(1, false, None);
+        let b = order(2, true, Some("gift"));
+        let bad = vec![0x02, 0x09]; // id 1, then an enum index out of range, then nothing
+        let Decoded { groups, errors } = d.decode(&[&a, &bad, &b]).unwrap();
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].rows, vec![0, 2]);
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].0, 1);
+        let batch = &groups[0].batch;
+        let types: Vec<String> = batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| format!("{} {}", f.name(), f.data_type()))
+            .collect();
+        assert_eq!(
+            types,
+            vec![
+                "id Int64",
+                "status Utf8",
+                "note Utf8",
+                "amount Decimal128(10, 2)",
+                "ts Timestamp(µs, \"+00:00\")",
+                "day Date32",
+                "tags List(non-null Utf8)",
+                "attrs Map(\"entries\": non-null Struct(\"key\": non-null Utf8, \"value\": \
+                 non-null Int64), unsorted)",
+                "who Struct(\"n\": non-null Utf8)",
+            ]
+        );
+        assert_eq!(
+            batch
+                .column(0)
+                .as_primitive::<Int64Type>()
+                .values()
+                .to_vec(),
+            vec![1, 2]
+        );
+        assert_eq!(
+            batch
+                .schema()
+                .field(0)
+                .metadata()
+                .get("doc")
+                .map(String::as_str),
+            Some("the order id")
+        );
+    }
+
+    #[test]
+    fn unions_of_several_types_are_refused_with_the_field() {
+        let schema = r#"{"type": "record", "name": "R", "fields": [
+            {"name": "v", "type": ["null", "string", "long"]}]}"#;
+        let pair = ("avro.schema".to_string(), schema.to_string());
+        let mut o = Options::try_new("t", [pair]).unwrap();
+        let e = AvroDecoder::try_new("avro", &mut o)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("field 'v' is a union of several types"), "{e}");
+    }
+}

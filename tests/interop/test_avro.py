@@ -1,0 +1,220 @@
+"""Avro in the Confluent wire format from Kafka (tansu), with a schema registry.
+
+No Confluent-compatible registry installs here, so the registry is the small fixture in
+scripts/schema-registry.py, served by this test. The records are encoded by fastavro (an
+independent Avro implementation), not by floe. What floe writes is read back with pyiceberg.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import importlib.util
+import io
+import json
+import struct
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import fastavro
+
+from conftest import SqlLake, free_port, metrics_text, sql_str
+from test_kafka import Producer, create_topic, kafka  # noqa: F401
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_fixture():
+    spec = importlib.util.spec_from_file_location("schema_registry", ROOT / "scripts" / "schema-registry.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+V1 = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [
+        {"name": "order_id", "type": "long", "doc": "the order's id"},
+        {"name": "quantity", "type": "int"},
+        {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["NEW", "PAID"]}},
+        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 3}},
+        {"name": "ordered_at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        {"name": "note", "type": ["null", "string"], "default": None},
+    ],
+}
+# v2: a new optional field, and quantity promoted from int to long.
+V2 = {
+    **V1,
+    "fields": [
+        {**f, "type": "long"} if f["name"] == "quantity" else f for f in V1["fields"]
+    ]
+    + [{"name": "coupon", "type": ["null", "string"], "default": None}],
+}
+BASE = dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc)
+
+
+def register(url: str, subject: str, schema: dict, user_info: str | None = None) -> int:
+    body = json.dumps({"schema": json.dumps(schema)}).encode()
+    headers = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
+    if user_info:
+        headers["Authorization"] = "Basic " + base64.b64encode(user_info.encode()).decode()
+    req = urllib.request.Request(f"{url}/subjects/{subject}/versions", data=body, headers=headers)
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return json.load(r)["id"]
+
+
+def encode(schema_id: int, schema: dict, record: dict) -> bytes:
+    out = io.BytesIO()
+    out.write(b"\x00" + struct.pack(">I", schema_id))
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
+    return out.getvalue()
+
+
+def order(i: int, v2: bool) -> dict:
+    r = {
+        "order_id": i,
+        "quantity": (5_000_000_000 + i) if v2 else i % 7 + 1,
+        "status": "PAID" if i % 2 else "NEW",
+        "price": decimal.Decimal(f"{i}.125"),
+        "ordered_at": BASE + dt.timedelta(minutes=i),
+        "note": None if i % 3 else f"note {i}",
+    }
+    if v2:
+        r["coupon"] = f"C{i}"
+    return r
+
+
+def avro_source(topic: str, bootstrap: str, url: str, columns: str = "", **extra: str) -> str:
+    """CREATE SOURCE orders for `topic`, Avro in the Confluent wire format, read to its end."""
+    options = {
+        "connector": "kafka",
+        "topic": topic,
+        "properties.bootstrap.servers": bootstrap,
+        "format": "avro-confluent",
+        "avro-confluent.url": url,
+        "scan.startup.mode": "earliest-offset",
+        "scan.bounded.mode": "latest-offset",
+        **extra,
+    }
+    body = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in options.items())
+    return f"CREATE SOURCE orders {columns} WITH ({body})"
+
+
+def test_avro_records_land_with_exact_types_and_evolve_with_the_registry(kafka, floe_bin, tmp_path, lake: SqlLake):
+    registry = load_fixture().serve("127.0.0.1", 0, "floe:secret")
+    url = f"http://127.0.0.1:{registry.server_address[1]}"
+    try:
+        # Register as a producer does, with the fixture's basic auth.
+        v1 = register(url, "orders-value", V1, "floe:secret")
+        v2 = register(url, "orders-value", V2, "floe:secret")
+        assert v1 != v2
+
+        topic = create_topic(kafka, partitions=2)
+        producer = Producer(kafka)
+        for i in range(200):
+            producer.send(topic, encode(v1, V1, order(i, False)), key=str(i).encode())
+        producer.send(topic, b"\x00\x00\x00\x03\xe7garbage", key=b"unknown-id")  # id 999
+        producer.send(topic, b"not avro at all", key=b"no-magic")
+        producer.send(topic, b"\x00" + struct.pack(">I", v1) + b"\x02", key=b"cut-short")
+        for i in range(200, 300):
+            producer.send(topic, encode(v2, V2, order(i, True)), key=str(i).encode())
+        producer.flush()
+
+        source = avro_source(topic, kafka, url, "(_key STRING)", **{"avro-confluent.basic-auth.user-info": "floe:secret"})
+        script = tmp_path / "job.sql"
+        script.write_text(
+            f"""{lake.ddl()};
+{source};
+SET 'pipeline.name' = 'avro'; SET 'checkpoint.interval' = '200ms'; SET 'state.dir' = 'state';
+INSERT INTO lake.avro SELECT * FROM orders ROUTE BY 'orders';
+"""
+        )
+        done = subprocess.run(
+            [str(floe_bin), "-q", "-f", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        registry.shutdown()
+
+    catalog = lake.pyiceberg()
+    table = catalog.load_table("avro.orders")
+    schema = table.schema()
+    types = {f.name: str(f.field_type) for f in schema.fields}
+    assert types == {
+        "order_id": "long",
+        "quantity": "long",  # int in v1, widened when v2 promoted it
+        "status": "string",
+        "price": "decimal(12, 3)",
+        "ordered_at": "timestamptz",
+        "note": "string",
+        "_key": "string",
+        "coupon": "string",
+    }, types
+    assert schema.find_field("order_id").doc == "the order's id"
+    rows = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["order_id"])
+    assert [r["order_id"] for r in rows] == list(range(300))
+    first, last = rows[1], rows[250]
+    assert first["quantity"] == 2 and first["coupon"] is None and first["status"] == "PAID"
+    assert first["price"] == decimal.Decimal("1.125")
+    assert first["ordered_at"] == BASE + dt.timedelta(minutes=1)
+    assert last["quantity"] == 5_000_000_250 and last["coupon"] == "C250"
+    assert rows[3]["note"] == "note 3" and rows[1]["note"] is None
+
+    dead = catalog.load_table("avro.dead_letters").scan().to_arrow().to_pylist()
+    errors = sorted(r["error"] for r in dead)
+    assert len(errors) == 3, errors
+    assert any("schema id 999 is unknown to the registry" in e for e in errors), errors
+    assert any("not in the Confluent wire format" in e for e in errors), errors
+    assert any("offset" in e and "cannot decode" in e for e in errors), errors
+
+
+def test_a_registry_that_is_down_is_retried_not_dead_lettered(kafka, floe_bin, tmp_path, lake: SqlLake):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    topic = create_topic(kafka, partitions=1)
+    # The records name schema 1 of a registry that is not running yet.
+    producer = Producer(kafka)
+    for i in range(50):
+        producer.send(topic, encode(1, V1, order(i, False)))
+    producer.flush()
+    script = tmp_path / "job.sql"
+    script.write_text(
+        f"""{lake.ddl()};
+{avro_source(topic, kafka, url)};
+SET 'pipeline.name' = 'down'; SET 'checkpoint.interval' = '200ms'; SET 'state.dir' = 'state';
+INSERT INTO lake.down SELECT * FROM orders ROUTE BY 'orders';
+"""
+    )
+    metrics = free_port()
+    proc = subprocess.Popen(
+        [str(floe_bin), "-q", "--metrics", f"127.0.0.1:{metrics}", "-f", str(script)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    registry = None
+    try:
+        deadline = time.time() + 60
+        while 'state="retrying"' not in metrics_text(metrics):
+            assert proc.poll() is None, proc.communicate()
+            assert time.time() < deadline, metrics_text(metrics)
+            time.sleep(0.2)
+        # The registry comes up, with the schema under id 1: the job goes on and finishes.
+        registry = load_fixture().serve("127.0.0.1", port)
+        assert register(url, "orders-value", V1) == 1
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out + err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if registry:
+            registry.shutdown()
+    table = lake.pyiceberg().load_table("down.orders")
+    assert len(table.scan().to_arrow()) == 50
+    assert "dead_letters" not in [t[1] for t in lake.pyiceberg().list_tables("down")]
