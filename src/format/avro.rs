@@ -3,10 +3,12 @@
 //!
 //! ```text
 //! 'avro-confluent'   0x00 | schema id (4 bytes, big-endian) | Avro binary body
+//! 'avro-glue'        0x03 | compression (0 none, 5 zlib) | schema version UUID (16) | body
 //! 'avro'             Avro binary body, written with the given schema
 //! ```
 //!
-//! Each writer schema is fetched once (`GET <url>/schemas/ids/<id>`) and kept, with the Arrow
+//! Each writer schema is fetched once (`GET <url>/schemas/ids/<id>`, or Glue's
+//! `GetSchemaVersion`) and kept, with the Arrow
 //! schema arrow-avro gives it. Records are grouped by writer schema and each group decoded by
 //! arrow-avro in one go, so a new schema version is simply a new group (a new input schema
 //! for the job's query, and new columns for a routed table). Enums are read as strings, and
@@ -16,7 +18,9 @@
 //! registry does not know, a body that does not decode, or a schema floe cannot map (a union
 //! other than `[null, T]`) makes the records dead letters with the reason.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::io::Read;
 use std::sync::{Arc, Mutex};
 
 use arrow_avro::reader::ReaderBuilder;
@@ -26,6 +30,7 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef};
 
 use super::{Decoded, Group};
+use crate::connector::aws::sdk_config;
 use crate::error::{Error, Result};
 use crate::sql::Options;
 
@@ -38,6 +43,14 @@ enum Source {
         /// `user:password` for basic auth.
         user_info: Option<String>,
         client: reqwest::Client,
+    },
+    /// The AWS Glue Schema Registry.
+    Glue {
+        region: Option<String>,
+        endpoint: Option<String>,
+        /// The registry's name (records name their schema version by UUID alone).
+        registry: Option<String>,
+        client: tokio::sync::OnceCell<aws_sdk_glue::Client>,
     },
     /// The one schema given with the source.
     Given,
@@ -56,11 +69,17 @@ enum Writer {
 #[derive(Debug)]
 pub struct AvroDecoder {
     source: Source,
-    writers: Mutex<HashMap<u32, Writer>>,
+    /// By schema id (Confluent) or schema version UUID (Glue).
+    writers: Mutex<HashMap<u128, Writer>>,
 }
 
-/// The schema id the given schema is filed under.
+/// The key the given schema is filed under, and the id arrow-avro decodes bodies with.
 const GIVEN: u32 = 0;
+
+/// Glue's header: version byte 3, then the compression byte.
+const GLUE_VERSION: u8 = 3;
+const GLUE_UNCOMPRESSED: u8 = 0;
+const GLUE_ZLIB: u8 = 5;
 
 impl AvroDecoder {
     /// A decoder for `format` (`avro-confluent` or `avro`) and its options.
@@ -78,6 +97,15 @@ impl AvroDecoder {
                     writers: Mutex::default(),
                 })
             }
+            "avro-glue" => Ok(Self {
+                source: Source::Glue {
+                    region: options.take_str("avro-glue.region"),
+                    endpoint: options.take_str("avro-glue.endpoint"),
+                    registry: options.take_str("avro-glue.registry"),
+                    client: tokio::sync::OnceCell::new(),
+                },
+                writers: Mutex::default(),
+            }),
             _ => {
                 let text = match (
                     options.take_str("avro.schema"),
@@ -101,38 +129,65 @@ impl AvroDecoder {
                 }
                 Ok(Self {
                     source: Source::Given,
-                    writers: Mutex::new(HashMap::from([(GIVEN, writer)])),
+                    writers: Mutex::new(HashMap::from([(u128::from(GIVEN), writer)])),
                 })
             }
         }
     }
 
-    /// The schema id and body of `record`.
-    fn split<'a>(&self, record: &'a [u8]) -> std::result::Result<(u32, &'a [u8]), String> {
+    /// The writer schema key (a Confluent id or a Glue UUID) and body of `record`.
+    fn split<'a>(&self, record: &'a [u8]) -> std::result::Result<(u128, Cow<'a, [u8]>), String> {
         match self.source {
-            Source::Given => Ok((GIVEN, record)),
+            Source::Given => Ok((u128::from(GIVEN), Cow::Borrowed(record))),
             Source::Registry { .. } => match record {
-                [0, a, b, c, d, body @ ..] => Ok((u32::from_be_bytes([*a, *b, *c, *d]), body)),
+                [0, a, b, c, d, body @ ..] => Ok((
+                    u128::from(u32::from_be_bytes([*a, *b, *c, *d])),
+                    Cow::Borrowed(body),
+                )),
                 [m, ..] => Err(format!(
                     "not in the Confluent wire format: the first byte is {m}, not the magic byte 0"
                 )),
                 [] => Err("empty record".to_string()),
             },
+            Source::Glue { .. } => {
+                if record.len() < 18 || record[0] != GLUE_VERSION {
+                    return Err(format!(
+                        "not in the Glue Schema Registry wire format (header version byte 3, a \
+                         compression byte, a 16-byte schema version id){}",
+                        record
+                            .first()
+                            .map(|b| format!(": the first byte is {b}"))
+                            .unwrap_or_default()
+                    ));
+                }
+                let id = u128::from_be_bytes(record[2..18].try_into().unwrap_or_default());
+                let body = &record[18..];
+                match record[1] {
+                    GLUE_UNCOMPRESSED => Ok((id, Cow::Borrowed(body))),
+                    GLUE_ZLIB => {
+                        let mut out = Vec::new();
+                        flate2::read::ZlibDecoder::new(body)
+                            .read_to_end(&mut out)
+                            .map_err(|e| {
+                                format!("the zlib-compressed body does not inflate: {e}")
+                            })?;
+                        Ok((id, Cow::Owned(out)))
+                    }
+                    other => Err(format!(
+                        "unknown Glue compression byte {other} (0 is none, 5 is zlib)"
+                    )),
+                }
+            }
         }
     }
 
     /// Fetch the writer schemas of `records` not seen before. Fails when the registry cannot
-    /// be reached (a retryable error); an id it does not know is remembered as unusable.
+    /// be reached (a retryable error); a schema it does not know is remembered as unusable.
     pub async fn resolve(&self, records: &[&[u8]]) -> Result<()> {
-        let Source::Registry {
-            url,
-            user_info,
-            client,
-        } = &self.source
-        else {
+        if matches!(self.source, Source::Given) {
             return Ok(());
-        };
-        let mut missing: Vec<u32> = {
+        }
+        let mut missing: Vec<u128> = {
             let writers = self.lock()?;
             records
                 .iter()
@@ -143,50 +198,35 @@ impl AvroDecoder {
         missing.sort_unstable();
         missing.dedup();
         for id in missing {
-            let mut request = client.get(format!("{url}/schemas/ids/{id}"));
-            if let Some(info) = user_info {
-                let (user, password) = info.split_once(':').unwrap_or((info.as_str(), ""));
-                request = request.basic_auth(user, Some(password));
-            }
-            let unreachable = |e: String| {
-                Error::Source(format!("schema registry {url}: fetching schema {id}: {e}"))
-            };
-            let response = request
-                .send()
-                .await
-                .map_err(|e| unreachable(e.to_string()))?;
-            let status = response.status();
-            let found = if status == reqwest::StatusCode::NOT_FOUND {
-                Writer::Unusable(format!(
-                    "schema id {id} is unknown to the registry at {url}"
-                ))
-            } else if status.is_success() {
-                let body: serde_json::Value = response
-                    .json()
-                    .await
-                    .map_err(|e| unreachable(e.to_string()))?;
-                match (
-                    body.get("schema").and_then(|s| s.as_str()),
-                    body.get("schemaType"),
-                ) {
-                    (Some(text), None) => writer(text),
-                    (Some(text), Some(t)) if t == "AVRO" => writer(text),
-                    (_, Some(t)) => {
-                        Writer::Unusable(format!("schema id {id} is a {t} schema, not Avro"))
-                    }
-                    (None, None) => Writer::Unusable(format!(
-                        "the registry's answer for schema id {id} has no schema"
-                    )),
+            let found = match &self.source {
+                Source::Registry {
+                    url,
+                    user_info,
+                    client,
+                } => fetch_confluent(client, url, user_info.as_deref(), id as u32).await?,
+                Source::Glue {
+                    region,
+                    endpoint,
+                    registry,
+                    client,
+                } => {
+                    let client = client
+                        .get_or_init(|| async {
+                            let config =
+                                sdk_config(region.as_deref(), endpoint.as_deref(), None).await;
+                            aws_sdk_glue::Client::new(&config)
+                        })
+                        .await;
+                    fetch_glue(client, registry.as_deref(), uuid::Uuid::from_u128(id)).await?
                 }
-            } else {
-                return Err(unreachable(format!("HTTP {status}")));
+                Source::Given => continue,
             };
             self.lock()?.insert(id, found);
         }
         Ok(())
     }
 
-    fn lock(&self) -> Result<std::sync::MutexGuard<'_, HashMap<u32, Writer>>> {
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, HashMap<u128, Writer>>> {
         self.writers
             .lock()
             .map_err(|_| Error::Internal("Avro schema cache lock poisoned".into()))
@@ -196,18 +236,25 @@ impl AvroDecoder {
     /// schema each; the others are returned with their errors.
     pub fn decode(&self, records: &[&[u8]]) -> Result<Decoded> {
         let mut errors = Vec::new();
-        let mut order: Vec<u32> = Vec::new();
-        let mut by_id: HashMap<u32, Vec<usize>> = HashMap::new();
+        let mut order: Vec<u128> = Vec::new();
+        let mut by_id: HashMap<u128, Vec<usize>> = HashMap::new();
+        let mut bodies: Vec<Cow<'_, [u8]>> = Vec::with_capacity(records.len());
         for (i, r) in records.iter().enumerate() {
             match self.split(r) {
-                Ok((id, _)) => by_id
-                    .entry(id)
-                    .or_insert_with(|| {
-                        order.push(id);
-                        Vec::new()
-                    })
-                    .push(i),
-                Err(e) => errors.push((i, e)),
+                Ok((id, body)) => {
+                    by_id
+                        .entry(id)
+                        .or_insert_with(|| {
+                            order.push(id);
+                            Vec::new()
+                        })
+                        .push(i);
+                    bodies.push(body);
+                }
+                Err(e) => {
+                    errors.push((i, e));
+                    bodies.push(Cow::Borrowed(&[]));
+                }
             }
         }
         let writers = self.lock()?.clone();
@@ -221,15 +268,12 @@ impl AvroDecoder {
                     continue;
                 }
                 None => {
-                    let why = format!("schema id {id} was not fetched from the registry");
+                    let why = format!("schema {id} was not fetched from the registry");
                     errors.extend(rows.iter().map(|&i| (i, why.clone())));
                     continue;
                 }
             };
-            let bodies: Vec<&[u8]> = rows
-                .iter()
-                .map(|&i| self.split(records[i]).map(|(_, b)| b).unwrap_or_default())
-                .collect();
+            let bodies: Vec<&[u8]> = rows.iter().map(|&i| bodies[i].as_ref()).collect();
             match decode_bodies(avro, arrow, &bodies) {
                 Ok(batch) => groups.push(Group { batch, rows }),
                 Err(_) => {
@@ -255,6 +299,87 @@ impl AvroDecoder {
         }
         errors.sort_by_key(|(i, _)| *i);
         Ok(Decoded { groups, errors })
+    }
+}
+
+/// Schema `id` from the Confluent-compatible registry at `url`.
+async fn fetch_confluent(
+    client: &reqwest::Client,
+    url: &str,
+    user_info: Option<&str>,
+    id: u32,
+) -> Result<Writer> {
+    let mut request = client.get(format!("{url}/schemas/ids/{id}"));
+    if let Some(info) = user_info {
+        let (user, password) = info.split_once(':').unwrap_or((info, ""));
+        request = request.basic_auth(user, Some(password));
+    }
+    let unreachable =
+        |e: String| Error::Source(format!("schema registry {url}: fetching schema {id}: {e}"));
+    let response = request
+        .send()
+        .await
+        .map_err(|e| unreachable(e.to_string()))?;
+    let status = response.status();
+    if status == reqwest::StatusCode::NOT_FOUND {
+        return Ok(Writer::Unusable(format!(
+            "schema id {id} is unknown to the registry at {url}"
+        )));
+    }
+    if !status.is_success() {
+        return Err(unreachable(format!("HTTP {status}")));
+    }
+    let body: serde_json::Value = response
+        .json()
+        .await
+        .map_err(|e| unreachable(e.to_string()))?;
+    Ok(
+        match (
+            body.get("schema").and_then(|s| s.as_str()),
+            body.get("schemaType"),
+        ) {
+            (Some(text), None) => writer(text),
+            (Some(text), Some(t)) if t == "AVRO" => writer(text),
+            (_, Some(t)) => Writer::Unusable(format!("schema id {id} is a {t} schema, not Avro")),
+            (None, None) => Writer::Unusable(format!(
+                "the registry's answer for schema id {id} has no schema"
+            )),
+        },
+    )
+}
+
+/// Schema version `id` from the Glue Schema Registry.
+async fn fetch_glue(
+    client: &aws_sdk_glue::Client,
+    registry: Option<&str>,
+    id: uuid::Uuid,
+) -> Result<Writer> {
+    use aws_sdk_glue::error::ProvideErrorMetadata;
+    let answer = client
+        .get_schema_version()
+        .schema_version_id(id.to_string())
+        .send()
+        .await;
+    let registry = registry.unwrap_or("the Glue Schema Registry");
+    match answer {
+        Ok(v) => Ok(match (v.data_format(), v.schema_definition()) {
+            (Some(aws_sdk_glue::types::DataFormat::Avro), Some(text)) => writer(text),
+            (Some(f), _) => Writer::Unusable(format!(
+                "schema version {id} in {registry} is {f}, not Avro"
+            )),
+            (None, _) => Writer::Unusable(format!(
+                "schema version {id} in {registry} has no Avro schema"
+            )),
+        }),
+        Err(e) if e.code() == Some("EntityNotFoundException") => Ok(Writer::Unusable(format!(
+            "schema version {id} is unknown to {registry}"
+        ))),
+        Err(e) => Err(Error::Source(format!(
+            "{registry}: fetching schema version {id}: {}",
+            e.message()
+                .map(str::to_string)
+                .unwrap_or_else(|| e.to_string())
+        ))),
     }
 }
 

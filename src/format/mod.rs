@@ -81,7 +81,7 @@ impl Decoder {
     /// A decoder for the `'format'` option (and its own options) into `schema`; with no
     /// columns in `schema`, a JSON decoder infers them per record.
     pub fn try_new(format: &str, options: &mut Options, schema: SchemaRef) -> Result<Self> {
-        if format == "avro" || format == "avro-confluent" {
+        if matches!(format, "avro" | "avro-confluent" | "avro-glue") {
             if !schema.fields().is_empty() {
                 return Err(Error::Plan(format!(
                     "'format' = '{format}' takes its columns from the Avro writer schema; \
@@ -145,8 +145,8 @@ impl Decoder {
             }
             other => {
                 return Err(Error::Option(format!(
-                    "'format' = '{other}' is not supported; use 'json', 'csv', 'raw', 'avro' \
-                     or 'avro-confluent'"
+                    "'format' = '{other}' is not supported; use 'json', 'csv', 'raw', 'avro', \
+                     'avro-confluent' or 'avro-glue'"
                 )));
             }
         };

@@ -89,14 +89,14 @@ def order(i: int, v2: bool) -> dict:
     return r
 
 
-def avro_source(topic: str, bootstrap: str, url: str, columns: str = "", **extra: str) -> str:
-    """CREATE SOURCE orders for `topic`, Avro in the Confluent wire format, read to its end."""
+def avro_source(topic: str, bootstrap: str, url: str | None, columns: str = "", **extra: str) -> str:
+    """CREATE SOURCE orders for `topic`, read to its end: Avro in the Confluent wire format
+    with the registry at `url`, or as `extra` says."""
     options = {
         "connector": "kafka",
         "topic": topic,
         "properties.bootstrap.servers": bootstrap,
-        "format": "avro-confluent",
-        "avro-confluent.url": url,
+        **({"format": "avro-confluent", "avro-confluent.url": url} if url else {}),
         "scan.startup.mode": "earliest-offset",
         "scan.bounded.mode": "latest-offset",
         **extra,
@@ -218,3 +218,91 @@ INSERT INTO lake.down SELECT * FROM orders ROUTE BY 'orders';
     table = lake.pyiceberg().load_table("down.orders")
     assert len(table.scan().to_arrow()) == 50
     assert "dead_letters" not in [t[1] for t in lake.pyiceberg().list_tables("down")]
+
+
+def check_orders_table(table, ids: range) -> None:
+    """The orders as v1 then v2 wrote them, with exact types."""
+    types = {f.name: str(f.field_type) for f in table.schema().fields}
+    for name, t in {
+        "order_id": "long",
+        "quantity": "long",
+        "status": "string",
+        "price": "decimal(12, 3)",
+        "ordered_at": "timestamptz",
+        "coupon": "string",
+    }.items():
+        assert types[name] == t, types
+    rows = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["order_id"])
+    assert [r["order_id"] for r in rows] == list(ids)
+    assert rows[1]["price"] == decimal.Decimal("1.125") and rows[1]["coupon"] is None
+
+
+def test_avro_in_the_glue_wire_format_with_the_glue_registry(kafka, floe_bin, tmp_path, lake: SqlLake):
+    """The Glue Schema Registry served by moto; records framed as the Glue serializer does
+    (version byte 3, compression none or zlib, the schema version UUID), bodies by fastavro."""
+    import os
+    import uuid
+    import zlib
+
+    import boto3
+
+    moto = os.environ.get("FLOE_MOTO", "http://127.0.0.1:5000")
+    aws = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "region_name": "us-east-1"}
+    glue = boto3.client("glue", endpoint_url=moto, **aws)
+    registry = f"reg-{uuid.uuid4().hex[:8]}"
+    glue.create_registry(RegistryName=registry)
+    v1 = glue.create_schema(
+        RegistryId={"RegistryName": registry},
+        SchemaName="orders",
+        DataFormat="AVRO",
+        Compatibility="NONE",
+        SchemaDefinition=json.dumps(V1),
+    )["SchemaVersionId"]
+    v2 = glue.register_schema_version(
+        SchemaId={"RegistryName": registry, "SchemaName": "orders"}, SchemaDefinition=json.dumps(V2)
+    )["SchemaVersionId"]
+
+    def glue_record(version: str, schema: dict, record: dict, compress: bool) -> bytes:
+        body = io.BytesIO()
+        fastavro.schemaless_writer(body, fastavro.parse_schema(schema), record)
+        data = zlib.compress(body.getvalue()) if compress else body.getvalue()
+        return bytes([3, 5 if compress else 0]) + uuid.UUID(version).bytes + data
+
+    topic = create_topic(kafka, partitions=2)
+    producer = Producer(kafka)
+    for i in range(100):
+        producer.send(topic, glue_record(v1, V1, order(i, False), compress=i % 2 == 1))
+    producer.send(topic, glue_record(str(uuid.uuid4()), V1, order(0, False), compress=False))
+    for i in range(100, 150):
+        producer.send(topic, glue_record(v2, V2, order(i, True), compress=i % 3 == 0))
+    producer.flush()
+
+    source = avro_source(
+        topic,
+        kafka,
+        None,
+        **{
+            "format": "avro-glue",
+            "avro-glue.region": "us-east-1",
+            "avro-glue.endpoint": moto,
+            "avro-glue.registry": registry,
+        },
+    )
+    script = tmp_path / "job.sql"
+    script.write_text(
+        f"""{lake.ddl()};
+{source};
+SET 'pipeline.name' = 'glue'; SET 'checkpoint.interval' = '200ms'; SET 'state.dir' = 'state';
+INSERT INTO lake.glue SELECT * FROM orders ROUTE BY 'orders';
+"""
+    )
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_EC2_METADATA_DISABLED": "true"}
+    done = subprocess.run(
+        [str(floe_bin), "-q", "-f", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    catalog = lake.pyiceberg()
+    check_orders_table(catalog.load_table("glue.orders"), range(150))
+    dead = catalog.load_table("glue.dead_letters").scan().to_arrow().to_pylist()
+    assert len(dead) == 1 and f"is unknown to {registry}" in dead[0]["error"], dead
+

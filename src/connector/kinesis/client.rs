@@ -7,14 +7,13 @@
 
 use std::time::Duration;
 
-use aws_config::BehaviorVersion;
-use aws_sdk_kinesis::config::{Credentials, Region};
 use aws_sdk_kinesis::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_kinesis::primitives::DateTime;
 use aws_sdk_kinesis::types::{Record, ShardIteratorType};
 
 use super::options::KinesisOptions;
 use super::shards::{ListedShard, Position};
+use crate::connector::aws::sdk_config;
 use crate::error::{Error, Result};
 
 /// Most records one GetRecords call returns (a Kinesis limit).
@@ -64,30 +63,12 @@ impl StreamClient {
     /// A client for the stream of `options`: region, endpoint and credentials from the
     /// options, the rest (and whatever the options leave out) from the usual AWS chain.
     pub async fn connect(options: &KinesisOptions) -> Result<Self> {
-        let timeouts = aws_config::timeout::TimeoutConfig::builder()
-            .connect_timeout(Duration::from_secs(3))
-            .operation_attempt_timeout(Duration::from_secs(10))
-            .operation_timeout(Duration::from_secs(25))
-            .build();
-        let mut loader = aws_config::defaults(BehaviorVersion::latest())
-            .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(2))
-            .timeout_config(timeouts);
-        if let Some(region) = &options.region {
-            loader = loader.region(Region::new(region.clone()));
-        }
-        if let Some(endpoint) = &options.endpoint {
-            loader = loader.endpoint_url(endpoint.clone());
-        }
-        if let Some(c) = &options.credentials {
-            loader = loader.credentials_provider(Credentials::new(
-                c.access_key_id.clone(),
-                c.secret_access_key.clone(),
-                c.session_token.clone(),
-                None,
-                "floe-source-options",
-            ));
-        }
-        let config = loader.load().await;
+        let config = sdk_config(
+            options.region.as_deref(),
+            options.endpoint.as_deref(),
+            options.credentials.as_ref(),
+        )
+        .await;
         if config.region().is_none() {
             return Err(Error::Option(format!(
                 "{}: no AWS region; set 'aws.region' (or AWS_REGION)",

@@ -42,7 +42,7 @@ mod options;
 mod reader;
 pub mod shards;
 
-pub use options::{BoundedMode, KinesisOptions, StartupMode, StaticCredentials, metadata_columns};
+pub use options::{BoundedMode, KinesisOptions, StartupMode, metadata_columns};
 pub use reader::KinesisReader;
 
 /// The metadata columns a source may declare.

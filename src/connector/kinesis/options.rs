@@ -4,12 +4,12 @@
 //! unknown keys (the bag must end empty), a startup timestamp that does not parse, a
 //! bounded mode that does not exist, a metadata column of the wrong type.
 
-use std::fmt;
 use std::time::Duration;
 
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 
 use super::{ARRIVAL_COLUMN, PARTITION_KEY_COLUMN, SEQUENCE_COLUMN, SHARD_COLUMN};
+use crate::connector::aws::StaticCredentials;
 use crate::connector::data_schema;
 use crate::error::{Error, Result};
 use crate::format::Decoder;
@@ -41,28 +41,6 @@ pub enum BoundedMode {
     Unbounded,
     /// At the records that had arrived when the job first started.
     Latest,
-}
-
-/// Static AWS credentials given as options (otherwise the usual AWS chain is used).
-#[derive(Clone, PartialEq, Eq)]
-pub struct StaticCredentials {
-    pub access_key_id: String,
-    pub secret_access_key: String,
-    pub session_token: Option<String>,
-}
-
-impl fmt::Debug for StaticCredentials {
-    /// Never prints the secret or the token.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StaticCredentials")
-            .field("access_key_id", &self.access_key_id)
-            .field("secret_access_key", &"****")
-            .field(
-                "session_token",
-                &self.session_token.as_ref().map(|_| "****"),
-            )
-            .finish()
-    }
 }
 
 /// Parsed `kinesis` options.
