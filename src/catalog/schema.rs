@@ -8,7 +8,10 @@ use datafusion::sql::sqlparser::ast::{
     FunctionArg, FunctionArgExpr, FunctionArguments, TimezoneInfo, Value,
 };
 use iceberg::arrow::arrow_schema_to_schema_auto_assign_ids;
-use iceberg::spec::{Schema, Transform, Type, UnboundPartitionSpec};
+use iceberg::spec::{
+    ListType, NestedFieldRef, PrimitiveType, Schema, StructType, Transform, Type,
+    UnboundPartitionSpec,
+};
 
 use crate::error::{Error, Result};
 
@@ -50,9 +53,60 @@ pub fn iceberg_schema(schema: &ArrowSchema, all_optional: bool) -> Result<Schema
         .iter()
         .map(|f| normalize_field(f, all_optional))
         .collect::<Result<Vec<_>>>()?;
-    Ok(arrow_schema_to_schema_auto_assign_ids(&ArrowSchema::new(
-        fields,
-    ))?)
+    let converted = arrow_schema_to_schema_auto_assign_ids(&ArrowSchema::new(fields))?;
+    let fields = converted
+        .as_struct()
+        .fields()
+        .iter()
+        .zip(schema.fields())
+        .map(|(f, a)| with_uuid(f, a))
+        .collect::<Vec<_>>();
+    Ok(Schema::builder()
+        .with_schema_id(converted.schema_id())
+        .with_fields(fields)
+        .build()?)
+}
+
+/// Arrow's extension name for a UUID (a 16-byte fixed binary); arrow-avro marks them with
+/// the Avro `logicalType` instead.
+const UUID_EXTENSION: &str = "arrow.uuid";
+
+/// `field` (converted from `arrow`) with `fixed(16)` as `uuid` wherever `arrow` marks a UUID,
+/// nested fields included: iceberg-rust's conversion knows no Arrow extension types.
+pub fn with_uuid(field: &NestedFieldRef, arrow: &Field) -> NestedFieldRef {
+    let ty = uuid_type(&field.field_type, arrow);
+    if ty == *field.field_type {
+        return field.clone();
+    }
+    let mut out = field.as_ref().clone();
+    out.field_type = Box::new(ty);
+    Arc::new(out)
+}
+
+fn uuid_type(ty: &Type, arrow: &Field) -> Type {
+    let m = arrow.metadata();
+    let is_uuid = m
+        .get("ARROW:extension:name")
+        .is_some_and(|n| n == UUID_EXTENSION)
+        || m.get("logicalType").is_some_and(|t| t == "uuid");
+    match (ty, arrow.data_type()) {
+        (Type::Primitive(PrimitiveType::Fixed(16)), _) if is_uuid => {
+            Type::Primitive(PrimitiveType::Uuid)
+        }
+        (Type::Struct(s), DataType::Struct(children)) => Type::Struct(StructType::new(
+            s.fields()
+                .iter()
+                .map(|f| match children.iter().find(|c| c.name() == &f.name) {
+                    Some(c) => with_uuid(f, c),
+                    None => f.clone(),
+                })
+                .collect(),
+        )),
+        (Type::List(l), DataType::List(e)) => {
+            Type::List(ListType::new(with_uuid(&l.element_field, e)))
+        }
+        _ => ty.clone(),
+    }
 }
 
 fn normalize_field(f: &Field, all_optional: bool) -> Result<Field> {
@@ -301,6 +355,30 @@ pub(crate) fn partition_field(expr: &Expr) -> Result<(String, Transform, Option<
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn arrow_uuids_become_iceberg_uuids_nested_too() {
+        let uuid = || {
+            Field::new("id", DataType::FixedSizeBinary(16), true).with_metadata(
+                [("ARROW:extension:name".to_string(), "arrow.uuid".to_string())].into(),
+            )
+        };
+        let plain = Field::new("raw", DataType::FixedSizeBinary(16), true);
+        let arrow = ArrowSchema::new(vec![
+            uuid(),
+            plain,
+            Field::new("s", DataType::Struct(vec![uuid()].into()), true),
+        ]);
+        let schema = iceberg_schema(&arrow, true).unwrap();
+        let types: Vec<String> = schema
+            .as_struct()
+            .fields()
+            .iter()
+            .map(|f| type_name(&f.field_type))
+            .collect();
+        assert_eq!(types, vec!["uuid", "fixed(16)", "struct<id: uuid>"]);
+    }
+
     use super::*;
     use crate::sql::{Statement, parse_sql};
 

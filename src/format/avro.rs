@@ -575,7 +575,14 @@ mod tests {
         {"name": "day", "type": {"type": "int", "logicalType": "date"}},
         {"name": "tags", "type": {"type": "array", "items": "string"}},
         {"name": "attrs", "type": {"type": "map", "values": "long"}},
-        {"name": "who", "type": {"type": "record", "name": "W", "fields": [{"name": "n", "type": "string"}]}}
+        {"name": "who", "type": {"type": "record", "name": "W", "fields": [{"name": "n", "type": "string"}]}},
+        {"name": "ref", "type": {"type": "string", "logicalType": "uuid"}},
+        {"name": "at", "type": {"type": "long", "logicalType": "time-micros"}},
+        {"name": "local", "type": {"type": "long", "logicalType": "local-timestamp-micros"}},
+        {"name": "ms", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "fx", "type": {"type": "fixed", "name": "F", "size": 3}},
+        {"name": "f", "type": "float"},
+        {"name": "ok", "type": "boolean"}
     ]}"#;
 
     /// One record of [`SCHEMA`].
@@ -602,6 +609,13 @@ mod tests {
         b.extend(long(7));
         b.extend(long(0));
         b.extend(string("ann"));
+        b.extend(string("6f1c2a9e-3b6d-4c1a-9a57-2f0e8d4b7c11"));
+        b.extend(long(3_600_000_000));
+        b.extend(long(1_714_557_600_000_000));
+        b.extend(long(1_714_557_600_000));
+        b.extend([1, 2, 3]);
+        b.extend(1.5f32.to_le_bytes());
+        b.push(1);
         b
     }
 
@@ -642,6 +656,13 @@ mod tests {
                 "attrs Map(\"entries\": non-null Struct(\"key\": non-null Utf8, \"value\": \
                  non-null Int64), unsorted)",
                 "who Struct(\"n\": non-null Utf8)",
+                "ref FixedSizeBinary(16)",
+                "at Time64(µs)",
+                "local Timestamp(µs)",
+                "ms Timestamp(ms, \"+00:00\")",
+                "fx FixedSizeBinary(3)",
+                "f Float32",
+                "ok Boolean",
             ]
         );
         assert_eq!(

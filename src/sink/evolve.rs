@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use crate::catalog::schema::{FIELD_DOC, type_name};
+use crate::catalog::schema::{FIELD_DOC, type_name, with_uuid};
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, ListArray, RecordBatch, RecordBatchOptions, StructArray,
     new_null_array,
@@ -118,10 +118,11 @@ fn merge_struct(
         let ty = renumber(ty, next_id);
         changed = true;
         let field = NestedField::optional(id, f.name(), ty);
-        out.push(Arc::new(match f.metadata().get(FIELD_DOC) {
+        let field = Arc::new(match f.metadata().get(FIELD_DOC) {
             Some(doc) => field.with_doc(doc),
             None => field,
-        }));
+        });
+        out.push(with_uuid(&field, f));
     }
     Ok(changed.then_some(out))
 }

@@ -17,6 +17,7 @@ import struct
 import subprocess
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 
 import fastavro
@@ -45,6 +46,7 @@ V1 = {
         {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 3}},
         {"name": "ordered_at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
         {"name": "note", "type": ["null", "string"], "default": None},
+        {"name": "ref", "type": {"type": "string", "logicalType": "uuid"}},
     ],
 }
 # v2: a new optional field, and quantity promoted from int to long.
@@ -83,6 +85,7 @@ def order(i: int, v2: bool) -> dict:
         "price": decimal.Decimal(f"{i}.125"),
         "ordered_at": BASE + dt.timedelta(minutes=i),
         "note": None if i % 3 else f"note {i}",
+        "ref": uuid.UUID(int=i),
     }
     if v2:
         r["coupon"] = f"C{i}"
@@ -152,6 +155,7 @@ INSERT INTO lake.avro SELECT * FROM orders ROUTE BY 'orders';
         "price": "decimal(12, 3)",
         "ordered_at": "timestamptz",
         "note": "string",
+        "ref": "uuid",
         "_key": "string",
         "coupon": "string",
     }, types
@@ -164,6 +168,8 @@ INSERT INTO lake.avro SELECT * FROM orders ROUTE BY 'orders';
     assert first["ordered_at"] == BASE + dt.timedelta(minutes=1)
     assert last["quantity"] == 5_000_000_250 and last["coupon"] == "C250"
     assert rows[3]["note"] == "note 3" and rows[1]["note"] is None
+    ref = rows[7]["ref"]
+    assert (ref if isinstance(ref, uuid.UUID) else uuid.UUID(bytes=ref)) == uuid.UUID(int=7)
 
     dead = catalog.load_table("avro.dead_letters").scan().to_arrow().to_pylist()
     errors = sorted(r["error"] for r in dead)
@@ -241,7 +247,6 @@ def test_avro_in_the_glue_wire_format_with_the_glue_registry(kafka, floe_bin, tm
     """The Glue Schema Registry served by moto; records framed as the Glue serializer does
     (version byte 3, compression none or zlib, the schema version UUID), bodies by fastavro."""
     import os
-    import uuid
     import zlib
 
     import boto3
