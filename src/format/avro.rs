@@ -685,6 +685,31 @@ mod tests {
     }
 
     #[test]
+    fn the_schema_can_come_from_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("order.avsc");
+        std::fs::write(&path, SCHEMA).unwrap();
+        let pair = ("avro.schema-file".to_string(), path.display().to_string());
+        let mut o = Options::try_new("t", [pair]).unwrap();
+        let d = AvroDecoder::try_new("avro", &mut o).unwrap();
+        let rec = order(5, true, None);
+        let out = d.decode(&[&rec]).unwrap();
+        assert_eq!(out.groups[0].rows, vec![0]);
+        let missing = (
+            "avro.schema-file".to_string(),
+            "/nonexistent.avsc".to_string(),
+        );
+        let mut o = Options::try_new("t", [missing]).unwrap();
+        let e = AvroDecoder::try_new("avro", &mut o)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("reading 'avro.schema-file' /nonexistent.avsc"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn unions_of_several_types_are_refused_with_the_field() {
         let schema = r#"{"type": "record", "name": "R", "fields": [
             {"name": "v", "type": ["null", "string", "long"]}]}"#;
