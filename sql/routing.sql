@@ -41,7 +41,8 @@ WITH ('partition.candidates' = 'days(event_time), region', 'json.infer.integers'
 
 SHOW TABLES IN lake.web;
 DESCRIBE lake.web.page_view;
-SELECT event_id, url, "userAgent", "scrollDepth" FROM lake.web.page_view ORDER BY event_id;
+SELECT event_id, url, "userAgent", "scrollDepth", "user"['plan'] AS plan
+FROM lake.web.page_view ORDER BY event_id;
 SELECT event_id, amount, region FROM lake.web."order" ORDER BY event_id;
 -- The records that could not be written, and why; the job went on.
 SELECT CAST(payload AS STRING) AS payload, error FROM lake.web.dead_letters ORDER BY error;

@@ -98,23 +98,23 @@ async fn routed_tables_take_the_inferred_types_and_evolve() {
 | region      | Utf8      |
 +-------------+-----------+"
     );
-    // (Only top-level columns here: iceberg-rust 0.10 cannot read a file written before its
-    // struct gained a field, apache/iceberg-rust#2617; pyiceberg reads them, see
-    // tests/interop/test_inferred_json.py.)
+    // Older files predate `pos.y` and `tags[].w`: they read as NULL (floe reads such tables
+    // file by file, as iceberg-rust 0.10 cannot, apache/iceberg-rust#2617).
     assert_eq!(
         rows(
             &session,
-            "SELECT id, n, region FROM lake.r.click ORDER BY id"
+            "SELECT id, pos['y'] AS y, tags[1]['w'] AS w, n, region FROM lake.r.click \
+             WHERE id < 100 ORDER BY id"
         )
         .await,
         "\
-+----+-------------+--------+
-| id | n           | region |
-+----+-------------+--------+
-| 1  | 5           |        |
-| 2  | 70000000000 |        |
-| 8  |             | us     |
-+----+-------------+--------+"
++----+---+-----+-------------+--------+
+| id | y | w   | n           | region |
++----+---+-----+-------------+--------+
+| 1  |   |     | 5           |        |
+| 2  | 3 | 1.5 | 70000000000 |        |
+| 8  |   |     |             | us     |
++----+---+-----+-------------+--------+"
     );
     // The partition candidate applied when `region` appeared; earlier files (one per schema)
     // keep spec 0.

@@ -2,6 +2,7 @@
 
 pub mod commit;
 pub mod connect;
+pub mod evolved_scan;
 pub mod metadata;
 pub mod provider;
 pub mod schema;

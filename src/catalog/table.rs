@@ -22,6 +22,7 @@ use iceberg::Catalog;
 use iceberg::table::Table;
 use iceberg_datafusion::IcebergStaticTableProvider;
 
+use super::evolved_scan;
 use crate::error::Error;
 use crate::sink::{TableWriter, commit};
 
@@ -31,16 +32,21 @@ pub struct LakeTable {
     table: Table,
     catalog: Arc<dyn Catalog>,
     reader: Arc<IcebergStaticTableProvider>,
+    /// Whether struct columns gained fields (scans then read file by file, see
+    /// [`super::evolved_scan`]).
+    nested_grew: bool,
 }
 
 impl LakeTable {
     /// Wrap a freshly loaded table.
     pub async fn try_new(table: Table, catalog: Arc<dyn Catalog>) -> Result<Self, Error> {
         let reader = IcebergStaticTableProvider::try_new_from_table(table.clone()).await?;
+        let nested_grew = evolved_scan::nested_fields_grew(table.metadata());
         Ok(Self {
             table,
             catalog,
             reader: Arc::new(reader),
+            nested_grew,
         })
     }
 
@@ -76,6 +82,12 @@ impl TableProvider for LakeTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        if self.nested_grew
+            && let Some(exec) =
+                evolved_scan::scan(&self.table, self.schema(), projection, limit).await?
+        {
+            return Ok(exec);
+        }
         self.reader.scan(state, projection, filters, limit).await
     }
 
@@ -83,6 +95,13 @@ impl TableProvider for LakeTable {
         &self,
         filters: &[&Expr],
     ) -> DFResult<Vec<TableProviderFilterPushDown>> {
+        if self.nested_grew {
+            // Read file by file: every filter is applied above the scan.
+            return Ok(vec![
+                TableProviderFilterPushDown::Unsupported;
+                filters.len()
+            ]);
+        }
         self.reader.supports_filters_pushdown(filters)
     }
 
