@@ -396,12 +396,12 @@ fn writer(text: &str) -> Writer {
              [\"null\", T] (an optional T)"
         ));
     }
-    let docs: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+    let json: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
     let arrow = Arc::new(Schema::new(
         arrow
             .fields()
             .iter()
-            .map(|f| floe_field(f, doc_of(&docs, f.name())))
+            .map(|f| floe_field(f, field_named(Some(&json), f.name())))
             .collect::<Vec<_>>(),
     ));
     Writer::Known { avro, arrow }
@@ -443,24 +443,53 @@ fn union_field(fields: &Fields, path: &str) -> Option<String> {
     })
 }
 
-/// The `doc` of top-level field `name` in the schema JSON, if it has one.
-fn doc_of(schema: &serde_json::Value, name: &str) -> Option<String> {
-    schema
-        .get("fields")?
+/// The field `name` of the Avro record type `t` (a record, or a union of null and one), as JSON.
+fn field_named<'a>(t: Option<&'a serde_json::Value>, name: &str) -> Option<&'a serde_json::Value> {
+    let t = match t? {
+        serde_json::Value::Array(branches) => branches.iter().find(|b| !b.is_string())?,
+        other => other,
+    };
+    t.get("fields")?
         .as_array()?
         .iter()
-        .find(|f| f.get("name").and_then(|n| n.as_str()) == Some(name))?
-        .get("doc")?
-        .as_str()
-        .map(str::to_string)
+        .find(|f| f.get("name").and_then(|n| n.as_str()) == Some(name))
 }
 
-/// `f` as floe keeps it: enums (dictionaries) as strings, the doc as Iceberg's column doc.
-fn floe_field(f: &FieldRef, doc: Option<String>) -> Field {
-    let mut out = f.as_ref().clone().with_data_type(plain_type(f.data_type()));
-    if let Some(doc) = doc {
+/// The type of Avro field `avro` (its JSON), unwrapping a union with null.
+fn field_type(avro: Option<&serde_json::Value>) -> Option<&serde_json::Value> {
+    match avro?.get("type")? {
+        serde_json::Value::Array(branches) => branches.iter().find(|b| b.as_str() != Some("null")),
+        other => Some(other),
+    }
+}
+
+/// `f` as floe keeps it: enums (dictionaries) as strings, and the Avro field's doc (from
+/// `avro`, the field's JSON) as Iceberg's column doc, nested fields included.
+fn floe_field(f: &FieldRef, avro: Option<&serde_json::Value>) -> Field {
+    let ty = field_type(avro);
+    let data_type = match f.data_type() {
+        DataType::Struct(children) => DataType::Struct(
+            children
+                .iter()
+                .map(|c| floe_field(c, field_named(ty, c.name())))
+                .collect::<Vec<_>>()
+                .into(),
+        ),
+        DataType::List(e) => {
+            let items = ty
+                .and_then(|t| t.get("items"))
+                .map(|i| serde_json::json!({ "type": i }));
+            DataType::List(Arc::new(floe_field(e, items.as_ref())))
+        }
+        other => plain_type(other),
+    };
+    let mut out = f.as_ref().clone().with_data_type(data_type);
+    if let Some(doc) = avro.and_then(|a| a.get("doc")).and_then(|d| d.as_str()) {
         let mut metadata = out.metadata().clone();
-        metadata.insert(crate::catalog::schema::FIELD_DOC.to_string(), doc);
+        metadata.insert(
+            crate::catalog::schema::FIELD_DOC.to_string(),
+            doc.to_string(),
+        );
         out = out.with_metadata(metadata);
     }
     out
@@ -575,7 +604,7 @@ mod tests {
         {"name": "day", "type": {"type": "int", "logicalType": "date"}},
         {"name": "tags", "type": {"type": "array", "items": "string"}},
         {"name": "attrs", "type": {"type": "map", "values": "long"}},
-        {"name": "who", "type": {"type": "record", "name": "W", "fields": [{"name": "n", "type": "string"}]}},
+        {"name": "who", "type": {"type": "record", "name": "W", "fields": [{"name": "n", "type": "string", "doc": "who's name"}]}},
         {"name": "ref", "type": {"type": "string", "logicalType": "uuid"}},
         {"name": "at", "type": {"type": "long", "logicalType": "time-micros"}},
         {"name": "local", "type": {"type": "long", "logicalType": "local-timestamp-micros"}},
@@ -655,7 +684,7 @@ mod tests {
                 "tags List(non-null Utf8)",
                 "attrs Map(\"entries\": non-null Struct(\"key\": non-null Utf8, \"value\": \
                  non-null Int64), unsorted)",
-                "who Struct(\"n\": non-null Utf8)",
+                "who Struct(\"n\": non-null Utf8, metadata: {\"doc\": \"who's name\"})",
                 "ref FixedSizeBinary(16)",
                 "at Time64(µs)",
                 "local Timestamp(µs)",

@@ -47,6 +47,14 @@ V1 = {
         {"name": "ordered_at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
         {"name": "note", "type": ["null", "string"], "default": None},
         {"name": "ref", "type": {"type": "string", "logicalType": "uuid"}},
+        {
+            "name": "buyer",
+            "type": {
+                "type": "record",
+                "name": "Buyer",
+                "fields": [{"name": "name", "type": "string", "doc": "the buyer's name"}],
+            },
+        },
     ],
 }
 # v2: a new optional field, and quantity promoted from int to long.
@@ -86,6 +94,7 @@ def order(i: int, v2: bool) -> dict:
         "ordered_at": BASE + dt.timedelta(minutes=i),
         "note": None if i % 3 else f"note {i}",
         "ref": uuid.UUID(int=i),
+        "buyer": {"name": f"b{i % 4}"},
     }
     if v2:
         r["coupon"] = f"C{i}"
@@ -147,7 +156,7 @@ INSERT INTO lake.avro SELECT * FROM orders ROUTE BY 'orders';
     catalog = lake.pyiceberg()
     table = catalog.load_table("avro.orders")
     schema = table.schema()
-    types = {f.name: str(f.field_type) for f in schema.fields}
+    types = {f.name: str(f.field_type) for f in schema.fields if f.name != "buyer"}
     assert types == {
         "order_id": "long",
         "quantity": "long",  # int in v1, widened when v2 promoted it
@@ -160,6 +169,7 @@ INSERT INTO lake.avro SELECT * FROM orders ROUTE BY 'orders';
         "coupon": "string",
     }, types
     assert schema.find_field("order_id").doc == "the order's id"
+    assert schema.find_field("buyer.name").doc == "the buyer's name"
     rows = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["order_id"])
     assert [r["order_id"] for r in rows] == list(range(300))
     first, last = rows[1], rows[250]
