@@ -81,7 +81,7 @@ impl RouteOptions {
             .take_str("dead-letter.table")
             .unwrap_or_else(|| crate::sink::dead_letter::DEAD_LETTER_TABLE.to_string());
         let max_tables = positive(&mut options, "route.max-tables", 10_000)?;
-        let max_open_tables = positive(&mut options, "route.max-open-tables", 100)?;
+        let max_open_tables = positive(&mut options, "route.max-open-tables", 1_000)?;
         let cache_max_size = positive(&mut options, "table-cache.max-size", 1_000)?;
         let cache_refresh = options
             .take_duration("table-cache.refresh-interval")?
