@@ -20,7 +20,7 @@ export CARGO_TARGET_DIR="$TARGET"
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "installing the test environment (Python venv with pyiceberg, DuckDB and boto3, SeaweedFS, PostgreSQL, tansu, kinesalite)"
+step "installing the test environment (Python venv with pyiceberg, DuckDB, boto3, fastavro and moto, SeaweedFS, PostgreSQL, tansu, kinesalite)"
 scripts/test-env.sh install
 scripts/test-env.sh start
 trap 'scripts/test-env.sh stop' EXIT
