@@ -19,7 +19,9 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::Int64Type;
-use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema as ArrowSchema};
+use datafusion::arrow::datatypes::{
+    DataType, Field, FieldRef, Fields, Schema as ArrowSchema, SchemaRef,
+};
 use iceberg::arrow::{arrow_type_to_type, schema_to_arrow_schema};
 use iceberg::spec::{NestedField, NestedFieldRef, PrimitiveType, Schema, StructType, Type};
 
@@ -552,7 +554,11 @@ fn with_values(
 /// `batch`'s rows in `table`'s columns: matched by name, missing ones NULL, types converted.
 /// Call after [`evolve`] made the table take every column of the batch.
 pub fn conform(table: &Schema, batch: &RecordBatch) -> Result<RecordBatch> {
-    let arrow = Arc::new(schema_to_arrow_schema(table)?);
+    conform_to(&Arc::new(schema_to_arrow_schema(table)?), batch)
+}
+
+/// [`conform`] with the table's Arrow schema (`schema_to_arrow_schema`) already at hand.
+pub fn conform_to(arrow: &SchemaRef, batch: &RecordBatch) -> Result<RecordBatch> {
     let columns = arrow
         .fields()
         .iter()
@@ -565,7 +571,7 @@ pub fn conform(table: &Schema, batch: &RecordBatch) -> Result<RecordBatch> {
             )
         })
         .collect::<Result<Vec<_>>>()?;
-    RecordBatch::try_new(arrow, columns)
+    RecordBatch::try_new(arrow.clone(), columns)
         .map_err(|e| Error::Plan(format!("rows do not fit the table: {e}")))
 }
 

@@ -13,14 +13,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
 use iceberg::Catalog;
+use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::spec::{
     DataFile, Schema, Transform, UnboundPartitionField, UnboundPartitionSpec,
     serialize_data_file_to_json,
 };
 use iceberg::table::Table;
 
-use super::evolve::{conform, evolve, match_case};
+use super::evolve::{conform_to, evolve, match_case};
 use super::writer::TableWriter;
 use crate::catalog::commit::staged;
 use crate::checkpoint::{FileGroup, PendingCommit};
@@ -102,6 +104,8 @@ pub struct TableSink {
     case_insensitive: bool,
     /// When `base` was loaded or committed.
     loaded: Instant,
+    /// The staged schema and its Arrow form.
+    arrow: Option<(iceberg::spec::SchemaRef, SchemaRef)>,
 }
 
 impl TableSink {
@@ -126,6 +130,7 @@ impl TableSink {
             candidates,
             case_insensitive: false,
             loaded: Instant::now(),
+            arrow: None,
         }
     }
 
@@ -138,6 +143,20 @@ impl TableSink {
     /// The table's schema with this checkpoint's changes.
     pub fn schema(&self) -> &Schema {
         self.staged.metadata().current_schema()
+    }
+
+    /// The staged schema as Arrow, converted once per schema. (Keyed by the schema itself:
+    /// schema ids of two writers evolving one table can name different schemas.)
+    fn arrow_schema(&mut self) -> Result<SchemaRef> {
+        let schema = self.staged.metadata().current_schema();
+        if let Some((iceberg, arrow)) = &self.arrow
+            && (Arc::ptr_eq(iceberg, schema) || iceberg == schema)
+        {
+            return Ok(arrow.clone());
+        }
+        let arrow = Arc::new(schema_to_arrow_schema(schema)?);
+        self.arrow = Some((schema.clone(), arrow.clone()));
+        Ok(arrow)
     }
 
     /// The table as committed.
@@ -189,7 +208,7 @@ impl TableSink {
             }
             None => batch,
         };
-        let rows = conform(self.staged.metadata().current_schema(), &batch)?;
+        let rows = conform_to(&self.arrow_schema()?, &batch)?;
         let n = rows.num_rows() as u64;
         if self.writer.is_none() {
             self.writer = Some(TableWriter::try_new(&self.staged)?);
