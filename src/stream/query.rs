@@ -21,7 +21,7 @@ use super::planner::{Planned, QueryPlanner, missing_column};
 use super::slot::{BatchSlot, SlotTable};
 use super::source_table::SourceTable;
 use crate::connector::SourceRef;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// A planned continuous query.
 pub struct ContinuousQuery {
@@ -146,7 +146,11 @@ impl ContinuousQuery {
         }
         // Plan the declared schemas now: a plan that fails fails the submission.
         for (name, (def, _)) in &query.sources {
-            query.plan_for(name, &def.schema).await?;
+            if let Err(why) = &query.plan_for(name, &def.schema).await?.exec {
+                return Err(Error::Plan(format!(
+                    "this INSERT cannot run continuously: {why}"
+                )));
+            }
         }
         Ok((query, planned.plan))
     }
@@ -198,15 +202,25 @@ impl ContinuousQuery {
             .map(|(n, (d, _))| (n.clone(), d.schema.clone()))
             .collect();
         schemas.insert(source.to_string(), schema.clone());
-        let (planned, inputs) = self.plan_logical(&schemas).await?;
-        let rows = rows_of(&planned.plan);
-        let exec = match check_row_wise(rows) {
-            Ok(()) => physical_plan(rows).await.map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        let plan = Arc::new(Plan {
-            exec,
-            input: inputs[source].clone(),
+        // A schema the query cannot be planned for is remembered as such: its records are
+        // dead-lettered one batch at a time without planning again for each.
+        let plan = Arc::new(match self.plan_logical(&schemas).await {
+            Ok((planned, inputs)) => {
+                let rows = rows_of(&planned.plan);
+                let exec = match check_row_wise(rows) {
+                    Ok(()) => physical_plan(rows).await.map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                Plan {
+                    exec,
+                    input: inputs[source].clone(),
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::User => Plan {
+                exec: Err(e.to_string()),
+                input: schema.clone(),
+            },
+            Err(e) => return Err(e),
         });
         if let Ok(mut plans) = self.plans.lock() {
             if plans.len() >= MAX_PLANS {
