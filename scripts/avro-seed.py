@@ -86,12 +86,9 @@ def main() -> int:
     sender.send(args.topic, b"unknown", b"\x00" + struct.pack(">I", 4242) + b"\x02\x06abc")
     for i in range(PER_VERSION, 2 * PER_VERSION):
         sender.send(args.topic, str(i).encode(), encode(ids[1], schemas[1], order(i, True)))
-    failed = sender.finish()
-    if failed:
-        print(f"producing to {args.topic} failed: {failed}", file=sys.stderr)
-        return 1
-    print(f"topic {args.topic}: {2 * PER_VERSION + 1} Avro records, schemas {ids} at {args.registry}")
-    return 0
+    return sender.finish(
+        args.topic, f"topic {args.topic}: {2 * PER_VERSION + 1} Avro records, schemas {ids} at {args.registry}"
+    )
 
 
 if __name__ == "__main__":

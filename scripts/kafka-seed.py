@@ -48,12 +48,9 @@ def main() -> int:
         )
     # A record that is not JSON: it goes to the dead-letter table.
     sender.send(args.topic, b"bad", b"order 1000: not json", partition=0, timestamp=BASE_MS)
-    failed = sender.finish()
-    if failed:
-        print(f"producing to {args.topic} failed: {failed}", file=sys.stderr)
-        return 1
-    print(f"topic {args.topic} on {args.bootstrap}: {ORDERS + 1} records in {PARTITIONS} partitions")
-    return 0
+    return sender.finish(
+        args.topic, f"topic {args.topic} on {args.bootstrap}: {ORDERS + 1} records in {PARTITIONS} partitions"
+    )
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -35,9 +37,11 @@ class Sender:
         self.producer.produce(topic, key=key, value=value, on_delivery=self._done, **kw)
         self.producer.poll(0)
 
-    def finish(self) -> str | None:
-        """Wait for every record; what went wrong, if anything."""
+    def finish(self, topic: str, done: str) -> int:
+        """Wait for every record; print `done`, or what went wrong. The exit status."""
         left = self.producer.flush(60)
         if left or self.errors:
-            return f"{left} undelivered, errors {self.errors[:3]}"
-        return None
+            print(f"producing to {topic} failed: {left} undelivered, errors {self.errors[:3]}", file=sys.stderr)
+            return 1
+        print(done)
+        return 0

@@ -137,6 +137,19 @@ give_up() {
   exit 1
 }
 
+# Waits until check function $5 succeeds for server $1 at $2 (pid $3, log $4), at most $6
+# seconds; gives up (stopping it with function $7) when it exits or time runs out.
+await_server() {
+  local name="$1" uri="$2" pid="$3" logfile="$4" check="$5" timeout="$6" stop="$7" waited=0
+  until "$check"; do
+    kill -0 "$pid" 2>/dev/null || give_up "$name exited during startup" "$logfile" "$stop"
+    ((waited < timeout * 5)) || give_up "$name did not answer on $uri within ${timeout}s" "$logfile" "$stop"
+    sleep 0.2
+    waited=$((waited + 1))
+  done
+  log "$name running (pid $pid): $uri"
+}
+
 # Prints the pid in pid file $1 if that process is alive and its command line matches $2.
 pid_from_file() {
   [[ -f "$1" ]] || return 1
@@ -598,22 +611,8 @@ JS
     </dev/null >>"$KINESIS_LOGFILE" 2>&1) &
   pid=$!
   printf '%s\n' "$pid" >"$KINESIS_PIDFILE"
-  local waited=0
-  until kinesis_answers; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      tail -n 20 "$KINESIS_LOGFILE" >&2 || true
-      rm -f "$KINESIS_PIDFILE"
-      die "kinesalite exited during startup (log: $KINESIS_LOGFILE)"
-    fi
-    if ((waited >= KINESIS_START_TIMEOUT_S * 5)); then
-      tail -n 20 "$KINESIS_LOGFILE" >&2 || true
-      kinesis_stop
-      die "kinesalite did not answer on $KINESIS_URI within ${KINESIS_START_TIMEOUT_S}s"
-    fi
-    sleep 0.2
-    waited=$((waited + 1))
-  done
-  log "kinesalite running (pid $pid): $KINESIS_URI"
+  await_server kinesalite "$KINESIS_URI" "$pid" "$KINESIS_LOGFILE" kinesis_answers \
+    "$KINESIS_START_TIMEOUT_S" kinesis_stop
 }
 
 kinesis_stop() { stop_by_pidfile kinesalite "$KINESIS_PIDFILE" floe-kinesalite; }
@@ -688,22 +687,11 @@ kafka_start() {
     </dev/null >>"$KAFKA_LOGFILE" 2>&1 &
   pid=$!
   printf '%s\n' "$pid" >"$KAFKA_PIDFILE"
-  local waited=0
-  until port_in_use "$KAFKA_PORT"; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      log "tansu exited during startup; last log lines:"
-      tail -n 40 "$KAFKA_LOGFILE" >&2 || true
-      rm -f "$KAFKA_PIDFILE"
-      exit 1
-    fi
-    if ((waited >= KAFKA_START_TIMEOUT_S * 10)); then
-      give_up "tansu did not accept connections on $KAFKA_ADDR within ${KAFKA_START_TIMEOUT_S}s" "$KAFKA_LOGFILE" kafka_stop
-    fi
-    sleep 0.1
-    waited=$((waited + 1))
-  done
-  log "tansu running (pid $pid): Kafka protocol at $KAFKA_ADDR"
+  await_server tansu "Kafka protocol at $KAFKA_ADDR" "$pid" "$KAFKA_LOGFILE" kafka_listens \
+    "$KAFKA_START_TIMEOUT_S" kafka_stop
 }
+
+kafka_listens() { port_in_use "$KAFKA_PORT"; }
 
 kafka_stop() { stop_by_pidfile tansu "$KAFKA_PIDFILE" tansu; }
 
@@ -714,19 +702,13 @@ kafka_env() {
 # Starts `cmd...` (after `--`) in its own session as server $1 at $2, pid in $3, log in $4;
 # waits up to 30 s until check function $5 succeeds, stopping it with function $6 on failure.
 launch_and_wait() {
-  local name="$1" uri="$2" pidfile="$3" logfile="$4" check="$5" stop="$6" pid waited=0
+  local name="$1" uri="$2" pidfile="$3" logfile="$4" check="$5" stop="$6" pid
   shift 7
   : >"$logfile"
   (exec setsid "$@" </dev/null >>"$logfile" 2>&1) &
   pid=$!
   printf '%s\n' "$pid" >"$pidfile"
-  until "$check"; do
-    kill -0 "$pid" 2>/dev/null || { tail -n 20 "$logfile" >&2; die "$name exited during startup (log: $logfile)"; }
-    ((waited < 150)) || { "$stop"; die "$name did not answer on $uri within 30s (log: $logfile)"; }
-    sleep 0.2
-    waited=$((waited + 1))
-  done
-  log "$name running (pid $pid): $uri"
+  await_server "$name" "$uri" "$pid" "$logfile" "$check" 30 "$stop"
 }
 
 # ---------------------------------------------------------------- schema registry fixture

@@ -310,21 +310,15 @@ impl Session {
     }
 
     fn drop_source(&self, s: DropSource) -> Result<Output> {
-        let removed = self
-            .sources
-            .write()
-            .map(|mut m| m.remove(&s.name).is_some())
-            .unwrap_or(false);
-        if !removed {
-            if s.if_exists {
-                return Ok(Output::Done("DROP SOURCE".into()));
-            }
-            return Err(Error::NotFound(format!(
+        let removed = unregister(&self.sources, &s.name, s.if_exists, || {
+            format!(
                 "source '{}' does not exist (SHOW SOURCES lists them)",
                 s.name
-            )));
+            )
+        })?;
+        if removed {
+            self.ctx.deregister_table(s.name.as_str())?;
         }
-        self.ctx.deregister_table(s.name.as_str())?;
         Ok(Output::Done("DROP SOURCE".into()))
     }
 
@@ -680,21 +674,15 @@ impl Session {
     }
 
     fn drop_catalog(&self, s: DropCatalog) -> Result<Output> {
-        let removed = self
-            .catalogs
-            .write()
-            .map(|mut c| c.remove(&s.name).is_some())
-            .unwrap_or(false);
-        if !removed {
-            if s.if_exists {
-                return Ok(Output::Done("DROP CATALOG".into()));
-            }
-            return Err(Error::NotFound(format!(
+        let removed = unregister(&self.catalogs, &s.name, s.if_exists, || {
+            format!(
                 "catalog '{}' does not exist or is not an Iceberg catalog",
                 s.name
-            )));
+            )
+        })?;
+        if removed {
+            self.catalog_list.deregister(&s.name);
         }
-        self.catalog_list.deregister(&s.name);
         Ok(Output::Done("DROP CATALOG".into()))
     }
 
@@ -1091,4 +1079,22 @@ fn string_rows(names: &[&str], columns: Vec<Vec<String>>) -> Result<Output> {
     let batch = RecordBatch::try_new(schema.clone(), arrays)
         .map_err(|e| Error::Internal(format!("building a result: {e}")))?;
     Ok(Output::Rows(schema, vec![batch]))
+}
+
+/// Take `name` out of `registry` (`DROP ... [IF EXISTS]`): whether it was there. Absent, it
+/// is an error naming it (`missing`), unless `if_exists`.
+fn unregister<T>(
+    registry: &RwLock<BTreeMap<String, T>>,
+    name: &str,
+    if_exists: bool,
+    missing: impl FnOnce() -> String,
+) -> Result<bool> {
+    let removed = registry
+        .write()
+        .map(|mut m| m.remove(name).is_some())
+        .unwrap_or(false);
+    if !removed && !if_exists {
+        return Err(Error::NotFound(missing()));
+    }
+    Ok(removed)
 }

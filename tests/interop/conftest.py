@@ -363,3 +363,45 @@ def metrics_text(port: int) -> str:
     except Exception:
         return ""
 
+
+class MetricsJob:
+    """`floe -q --metrics ADDR -f script` running in `cwd`, with its Prometheus metrics at hand.
+
+    Use as a context manager: a floe still running at the end is killed."""
+
+    def __init__(self, floe_bin: Path, script: Path, cwd: Path) -> None:
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [str(floe_bin), "-q", "--metrics", f"127.0.0.1:{self.port}", "-f", str(script)],
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def metrics(self) -> str:
+        return metrics_text(self.port)
+
+    def wait_for(self, text: str, timeout: float) -> None:
+        """Until the metrics contain `text`; fails if floe exits first or time runs out."""
+        import time
+
+        deadline = time.time() + timeout
+        while text not in self.metrics():
+            assert self.proc.poll() is None, self.proc.communicate()
+            assert time.time() < deadline, f"no {text!r} in the metrics after {timeout} s:\n{self.metrics()}"
+            time.sleep(0.1)
+
+    def finish(self, timeout: float) -> None:
+        """Wait for floe to end, and fail unless it exited 0."""
+        out, err = self.proc.communicate(timeout=timeout)
+        assert self.proc.returncode == 0, f"floe failed:\n{out}\n{err}"
+
+    def __enter__(self) -> "MetricsJob":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+

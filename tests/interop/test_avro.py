@@ -15,14 +15,13 @@ import io
 import json
 import struct
 import subprocess
-import time
 import urllib.request
 import uuid
 from pathlib import Path
 
 import fastavro
 
-from conftest import SqlLake, free_port, metrics_text, sql_str
+from conftest import MetricsJob, SqlLake, free_port, sql_str
 from test_kafka import Producer, create_topic, kafka  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,18 +137,7 @@ def test_avro_records_land_with_exact_types_and_evolve_with_the_registry(kafka, 
         producer.flush()
 
         source = avro_source(topic, kafka, url, "(_key STRING)", **{"avro-confluent.basic-auth.user-info": "floe:secret"})
-        script = tmp_path / "job.sql"
-        script.write_text(
-            f"""{lake.ddl()};
-{source};
-SET 'pipeline.name' = 'avro'; SET 'checkpoint.interval' = '200ms'; SET 'state.dir' = 'state';
-INSERT INTO lake.avro SELECT * FROM orders ROUTE BY 'orders';
-"""
-        )
-        done = subprocess.run(
-            [str(floe_bin), "-q", "-f", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
+        run_job(floe_bin, tmp_path, lake, source, "avro")
     finally:
         registry.shutdown()
 
@@ -198,42 +186,44 @@ def test_a_registry_that_is_down_is_retried_not_dead_lettered(kafka, floe_bin, t
     for i in range(50):
         producer.send(topic, encode(1, V1, order(i, False)))
     producer.flush()
-    script = tmp_path / "job.sql"
-    script.write_text(
-        f"""{lake.ddl()};
-{avro_source(topic, kafka, url)};
-SET 'pipeline.name' = 'down'; SET 'checkpoint.interval' = '200ms'; SET 'state.dir' = 'state';
-INSERT INTO lake.down SELECT * FROM orders ROUTE BY 'orders';
-"""
-    )
-    metrics = free_port()
-    proc = subprocess.Popen(
-        [str(floe_bin), "-q", "--metrics", f"127.0.0.1:{metrics}", "-f", str(script)],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    script = job_script(tmp_path, lake, avro_source(topic, kafka, url), "down")
     registry = None
     try:
-        deadline = time.time() + 60
-        while 'state="retrying"' not in metrics_text(metrics):
-            assert proc.poll() is None, proc.communicate()
-            assert time.time() < deadline, metrics_text(metrics)
-            time.sleep(0.2)
-        # The registry comes up, with the schema under id 1: the job goes on and finishes.
-        registry = load_fixture().serve("127.0.0.1", port)
-        assert register(url, "orders-value", V1) == 1
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, out + err
+        with MetricsJob(floe_bin, script, tmp_path) as job:
+            job.wait_for('state="retrying"', timeout=60)
+            # The registry comes up, with the schema under id 1: the job goes on and finishes.
+            registry = load_fixture().serve("127.0.0.1", port)
+            assert register(url, "orders-value", V1) == 1
+            job.finish(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
         if registry:
             registry.shutdown()
     table = lake.pyiceberg().load_table("down.orders")
     assert len(table.scan().to_arrow()) == 50
     assert "dead_letters" not in [t[1] for t in lake.pyiceberg().list_tables("down")]
+
+
+def job_script(cwd: Path, lake: SqlLake, source: str, name: str) -> Path:
+    """A script routing `source` (a CREATE SOURCE orders) into table `orders` of namespace
+    `name`, as job `name`."""
+    script = cwd / "job.sql"
+    script.write_text(
+        f"""{lake.ddl()};
+{source};
+SET 'pipeline.name' = '{name}'; SET 'checkpoint.interval' = '200ms'; SET 'state.dir' = 'state';
+INSERT INTO lake.{name} SELECT * FROM orders ROUTE BY 'orders';
+"""
+    )
+    return script
+
+
+def run_job(floe_bin: Path, cwd: Path, lake: SqlLake, source: str, name: str, env=None) -> None:
+    """Run [`job_script`] to its end."""
+    script = job_script(cwd, lake, source, name)
+    done = subprocess.run(
+        [str(floe_bin), "-q", "-f", str(script)], cwd=cwd, capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def check_orders_table(table, ids: range) -> None:
@@ -303,19 +293,8 @@ def test_avro_in_the_glue_wire_format_with_the_glue_registry(kafka, floe_bin, tm
             "avro-glue.registry": registry,
         },
     )
-    script = tmp_path / "job.sql"
-    script.write_text(
-        f"""{lake.ddl()};
-{source};
-SET 'pipeline.name' = 'glue'; SET 'checkpoint.interval' = '200ms'; SET 'state.dir' = 'state';
-INSERT INTO lake.glue SELECT * FROM orders ROUTE BY 'orders';
-"""
-    )
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_EC2_METADATA_DISABLED": "true"}
-    done = subprocess.run(
-        [str(floe_bin), "-q", "-f", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    run_job(floe_bin, tmp_path, lake, source, "glue", env)
     catalog = lake.pyiceberg()
     check_orders_table(catalog.load_table("glue.orders"), range(150))
     dead = catalog.load_table("glue.dead_letters").scan().to_arrow().to_pylist()

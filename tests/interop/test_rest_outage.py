@@ -16,8 +16,7 @@ import uuid
 from pathlib import Path
 
 from conftest import (
-    free_port,
-    metrics_text,
+    MetricsJob,
     FLOE_TIMEOUT_S,
     REST_URI,
     rest_catalog_ddl,
@@ -60,7 +59,6 @@ def _start_server(argv: list[str], env: dict[str, str], cwd: str) -> None:
 def test_a_job_rides_out_a_catalog_outage(floe_bin: Path, tmp_path: Path, rest_catalog_factory):
     require_rest_server()
     ns = f"outage_{uuid.uuid4().hex[:10]}"
-    port = free_port()
     script = tmp_path / "job.sql"
     script.write_text(
         f"""
@@ -73,35 +71,20 @@ def test_a_job_rides_out_a_catalog_outage(floe_bin: Path, tmp_path: Path, rest_c
         INSERT INTO rest.{ns}.orders SELECT order_id, region FROM gen;
         """
     )
-    job = subprocess.Popen(
-        [str(floe_bin), "-q", "--metrics", f"127.0.0.1:{port}", "-f", str(script)],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
     saw_retrying = False
-    try:
+    with MetricsJob(floe_bin, script, tmp_path) as job:
         # Wait for the first commits, then take the catalog away for a while.
-        deadline = time.time() + 30
-        while 'floe_job_last_checkpoint{job="outage"} 2' not in metrics_text(port):
-            assert job.poll() is None, job.communicate()
-            assert time.time() < deadline, metrics_text(port)
-            time.sleep(0.1)
+        job.wait_for('floe_job_last_checkpoint{job="outage"} 2', timeout=30)
         argv, env, cwd = _kill_server()
         try:
             deadline = time.time() + 20
             while time.time() < deadline and not saw_retrying:
-                saw_retrying = 'state="retrying"' in metrics_text(port)
+                saw_retrying = 'state="retrying"' in job.metrics()
                 time.sleep(0.2)
         finally:
             _start_server(argv, env, cwd)
-        out, err = job.communicate(timeout=FLOE_TIMEOUT_S)
-    finally:
-        if job.poll() is None:
-            job.kill()
+        job.finish(timeout=FLOE_TIMEOUT_S)
     assert saw_retrying, "the job never showed 'retrying' while the catalog was down"
-    assert job.returncode == 0, f"floe failed:\n{out}\n{err}"
 
     table = rest_catalog_factory().load_table(f"{ns}.orders")
     rows = table.scan().to_arrow()

@@ -19,16 +19,19 @@ completion and history tests look for.
 
 Everything lives in this one file on purpose: a tests/repl/conftest.py would be imported as
 the module `conftest`, which tests/interop/test_interop.py imports names from, and
-`pytest tests/interop tests/repl` would then fail to collect the interop tests.
+`pytest tests/interop tests/repl` would then fail to collect the interop tests. (What it
+shares with the interop tests, finding the floe binary, it loads from their conftest by path.)
 """
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Iterator, Sequence, Union
@@ -56,18 +59,17 @@ def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text).replace("\r", "")
 
 
-def _floe_bin() -> Path:
-    raw = os.environ.get("FLOE_BIN")
-    if not raw:
-        pytest.fail(
-            "FLOE_BIN is not set: point it at the floe binary, e.g. "
-            "FLOE_BIN=$PWD/target/debug/floe",
-            pytrace=False,
-        )
-    path = Path(raw).expanduser().resolve()
-    if not path.is_file() or not os.access(path, os.X_OK):
-        pytest.fail(f"FLOE_BIN={raw!r}: no executable file at {path}", pytrace=False)
-    return path
+def _interop_helpers():
+    """tests/interop/conftest.py, loaded under its own name (see the module doc): the one
+    place that finds the floe binary."""
+    path = Path(__file__).resolve().parents[1] / "interop" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("floe_interop_conftest", path)
+    module = sys.modules.get(spec.name)
+    if module is None:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # its dataclasses look themselves up there
+        spec.loader.exec_module(module)
+    return module
 
 
 class Repl:
@@ -207,7 +209,7 @@ class Repl:
 
 @pytest.fixture(scope="session")
 def floe_bin() -> Path:
-    return _floe_bin()
+    return _interop_helpers()._floe_bin()
 
 
 @pytest.fixture
