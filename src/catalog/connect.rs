@@ -18,7 +18,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use iceberg::io::{LocalFsStorageFactory, StorageFactory};
+use iceberg::io::StorageFactory;
+
+use super::local_storage::LocalStorageFactory;
 use iceberg::memory::MemoryCatalogBuilder;
 use iceberg::{Catalog, CatalogBuilder};
 use iceberg_catalog_rest::RestCatalogBuilder;
@@ -92,7 +94,9 @@ pub async fn connect(name: &str, mut options: Options) -> Result<CatalogHandle> 
                     SqlBindStyle::DollarNumeric
                 }
             };
-            if !is_sqlite {
+            if is_sqlite {
+                create_sqlite_wal(&uri).await?;
+            } else {
                 probe_postgres(&uri).await?;
             }
             props.insert("uri".into(), uri);
@@ -214,6 +218,33 @@ fn mask_password(uri: &str) -> String {
     }
 }
 
+/// Create a SQLite catalog database that does not exist yet in write-ahead-log mode: a
+/// commit then syncs one file once (the rollback journal syncs three), and readers (floe,
+/// pyiceberg) never block a job's commits. A database that exists keeps its journal mode.
+async fn create_sqlite_wal(uri: &str) -> Result<()> {
+    use sqlx::ConnectOptions;
+    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
+    let Some(path) = uri
+        .strip_prefix("sqlite://")
+        .map(|p| p.split('?').next().unwrap_or(p))
+        .filter(|p| p.starts_with('/'))
+    else {
+        return Ok(());
+    };
+    if Path::new(path).exists() {
+        return Ok(());
+    }
+    let conn = SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .connect()
+        .await
+        .map_err(|e| Error::Option(format!("cannot create the catalog database {path}: {e}")))?;
+    let _ = sqlx::Connection::close(conn).await;
+    Ok(())
+}
+
 /// Connect once to a PostgreSQL catalog database, so that a wrong address fails in seconds
 /// with its cause (the pool would wait 30 s and report only a timeout).
 async fn probe_postgres(uri: &str) -> Result<()> {
@@ -240,7 +271,7 @@ fn is_local(location: &str) -> bool {
 
 fn storage_for(warehouse: &str) -> Arc<dyn StorageFactory> {
     if is_local(warehouse) {
-        Arc::new(LocalFsStorageFactory)
+        Arc::new(LocalStorageFactory)
     } else {
         Arc::new(OpenDalStorageFactory::S3 {
             customized_credential_load: None,

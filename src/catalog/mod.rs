@@ -3,6 +3,7 @@
 pub mod commit;
 pub mod connect;
 pub mod evolved_scan;
+pub mod local_storage;
 pub mod metadata;
 pub mod provider;
 pub mod schema;
