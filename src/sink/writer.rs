@@ -5,12 +5,16 @@
 //! data files it wrote. Nothing is visible in the table until the files are committed
 //! (see [`super::commit`]).
 
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::parquet;
+use datafusion::parquet::basic::{BrotliLevel, Compression, GzipLevel, ZstdLevel};
+use datafusion::parquet::file::properties::WriterProperties;
 use iceberg::arrow::{RecordBatchPartitionSplitter, schema_to_arrow_schema};
 use iceberg::spec::PartitionKey;
 use iceberg::spec::{DataFile, DataFileFormat};
@@ -117,7 +121,11 @@ impl TableWriter {
             )));
         }
         let iceberg_schema = metadata.current_schema().clone();
-        let parquet = ParquetWriterBuilder::from_table_properties(&props, iceberg_schema.clone());
+        let parquet = ParquetWriterBuilder::new(
+            writer_properties(metadata.properties())
+                .map_err(|e| Error::Option(format!("table {}: {e}", table.identifier())))?,
+            iceberg_schema.clone(),
+        );
         let rolling = RollingFileWriterBuilder::new(
             parquet,
             props.write_target_file_size_bytes,
@@ -211,6 +219,75 @@ impl TableWriter {
     }
 }
 
+/// Parquet writer settings from a table's `write.parquet.*` properties, with Iceberg's
+/// defaults: zstd, 1 MiB pages of at most 20,000 rows, 2 MiB dictionaries, 128 MiB row groups.
+fn writer_properties(
+    props: &HashMap<String, String>,
+) -> std::result::Result<WriterProperties, String> {
+    let number = |key: &str, default: usize| -> std::result::Result<usize, String> {
+        match props.get(key) {
+            None => Ok(default),
+            Some(v) => v
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| format!("'{key}' = '{v}' is not a positive number")),
+        }
+    };
+    let level = props
+        .get(COMPRESSION_LEVEL)
+        .map(|v| {
+            v.trim()
+                .parse::<i32>()
+                .map_err(|_| format!("'{COMPRESSION_LEVEL}' = '{v}' is not a number"))
+        })
+        .transpose()?;
+    let codec = props
+        .get(COMPRESSION_CODEC)
+        .map(|c| c.trim().to_ascii_lowercase())
+        .unwrap_or_else(|| "zstd".to_string());
+    let bad_level = |e: parquet::errors::ParquetError| {
+        format!("'{COMPRESSION_LEVEL}' does not suit '{codec}': {e}")
+    };
+    let compression = match codec.as_str() {
+        "zstd" => Compression::ZSTD(match level {
+            Some(l) => ZstdLevel::try_new(l).map_err(bad_level)?,
+            None => ZstdLevel::default(),
+        }),
+        "gzip" => Compression::GZIP(match level {
+            Some(l) => GzipLevel::try_new(l.max(0) as u32).map_err(bad_level)?,
+            None => GzipLevel::default(),
+        }),
+        "brotli" => Compression::BROTLI(match level {
+            Some(l) => BrotliLevel::try_new(l.max(0) as u32).map_err(bad_level)?,
+            None => BrotliLevel::default(),
+        }),
+        "snappy" => Compression::SNAPPY,
+        "lz4" => Compression::LZ4_RAW,
+        "uncompressed" | "none" => Compression::UNCOMPRESSED,
+        other => {
+            return Err(format!(
+                "'{COMPRESSION_CODEC}' = '{other}': use zstd, gzip, brotli, snappy, lz4 or \
+                 uncompressed"
+            ));
+        }
+    };
+    Ok(WriterProperties::builder()
+        .set_compression(compression)
+        .set_data_page_size_limit(number("write.parquet.page-size-bytes", 1 << 20)?)
+        .set_data_page_row_count_limit(number("write.parquet.page-row-limit", 20_000)?)
+        .set_dictionary_page_size_limit(number("write.parquet.dict-size-bytes", 2 << 20)?)
+        .set_max_row_group_bytes(Some(number(
+            "write.parquet.row-group-size-bytes",
+            128 << 20,
+        )?))
+        .build())
+}
+
+const COMPRESSION_CODEC: &str = "write.parquet.compression-codec";
+const COMPRESSION_LEVEL: &str = "write.parquet.compression-level";
+
 /// A unique file-name prefix per writer, so that concurrent writers never collide.
 fn uuid_like_prefix() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -228,7 +305,44 @@ fn uuid_like_prefix() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::escape;
+    use super::*;
+
+    #[test]
+    fn parquet_settings_follow_table_properties() {
+        let props = |kv: &[(&str, &str)]| -> HashMap<String, String> {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let default = writer_properties(&props(&[])).unwrap();
+        let col = parquet::schema::types::ColumnPath::from("x");
+        assert_eq!(
+            default.compression(&col),
+            Compression::ZSTD(ZstdLevel::default())
+        );
+        assert_eq!(default.data_page_size_limit(), 1 << 20);
+        let gzip = writer_properties(&props(&[
+            (COMPRESSION_CODEC, "GZIP"),
+            (COMPRESSION_LEVEL, "9"),
+            ("write.parquet.page-size-bytes", "65536"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            gzip.compression(&col),
+            Compression::GZIP(GzipLevel::try_new(9).unwrap())
+        );
+        assert_eq!(gzip.data_page_size_limit(), 65536);
+        let err = writer_properties(&props(&[(COMPRESSION_CODEC, "lzo")])).unwrap_err();
+        assert!(
+            err.contains("'write.parquet.compression-codec' = 'lzo'"),
+            "{err}"
+        );
+        let err = writer_properties(&props(&[(COMPRESSION_LEVEL, "99")])).unwrap_err();
+        assert!(err.contains("compression-level"), "{err}");
+        let err =
+            writer_properties(&props(&[("write.parquet.page-size-bytes", "-1")])).unwrap_err();
+        assert!(err.contains("page-size-bytes"), "{err}");
+    }
 
     #[test]
     fn partition_values_are_one_path_segment() {
