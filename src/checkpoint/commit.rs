@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use iceberg::spec::{Schema, UnboundPartitionSpec, deserialize_data_file_from_json};
+use iceberg::spec::{FormatVersion, Schema, UnboundPartitionSpec, deserialize_data_file_from_json};
 use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
 
@@ -215,16 +215,20 @@ async fn try_commit(
         groups.push((group.spec_id, files));
     }
     let single_default_spec = groups.len() == 1 && groups[0].0 == md.default_partition_spec_id();
-    if !evolves && single_default_spec {
-        let files = groups.pop().map(|(_, f)| f).unwrap_or_default();
-        return Ok(Some(commit::append(catalog, &table, files, summary).await?));
-    }
-    let committer = committer.ok_or_else(|| {
-        Error::Unsupported(format!(
+    // floe's own commit path (format v2 and later) starts from the table as the job last saw
+    // it; iceberg-rust's append loads the table twice more (a catalog read and a metadata
+    // file each).
+    let own = committer.filter(|_| evolves || md.format_version() != FormatVersion::V1);
+    let Some(committer) = own else {
+        if !evolves && single_default_spec {
+            let files = groups.pop().map(|(_, f)| f).unwrap_or_default();
+            return Ok(Some(commit::append(catalog, &table, files, summary).await?));
+        }
+        return Err(Error::Unsupported(format!(
             "evolving table {ident} needs floe's own commit path, which this catalog type \
              does not have"
-        ))
-    })?;
+        )));
+    };
     let prepared = prepare(
         &table,
         EvolvingAppend {
