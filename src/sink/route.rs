@@ -171,7 +171,18 @@ pub struct RoutedSink {
     /// When each table was last written (a counter), to close the least recent.
     last_write: HashMap<String, u64>,
     writes: u64,
+    /// Bytes of rows the tables gather for their writers, all tables together.
+    buffered: usize,
 }
+
+/// Rows gathered for writers across all tables are written out, largest first, beyond this:
+/// each such table's gathering becomes a file. (An open Parquet writer costs about a MiB per
+/// table in encoders and compression contexts however few rows it holds, so a table's writer
+/// opens only once it has a row group's worth of rows, see [`TableSink::write`].)
+const BUFFER_BYTES: usize = 192 << 20;
+
+/// Tables opened or created at once when a poll names several new ones.
+const PARALLEL_OPENS: usize = 8;
 
 impl RoutedSink {
     pub fn new(
@@ -188,7 +199,39 @@ impl RoutedSink {
             tables: HashMap::new(),
             last_write: HashMap::new(),
             writes: 0,
+            buffered: 0,
         }
+    }
+
+    /// Close table `name`'s open files (writing the rows it gathered first).
+    async fn close_files(&mut self, name: &str) -> Result<()> {
+        if let Some(t) = self.tables.get_mut(name) {
+            self.buffered = self.buffered.saturating_sub(t.buffered_bytes());
+            t.close_writer().await?;
+        }
+        Ok(())
+    }
+
+    /// Beyond [`BUFFER_BYTES`] gathered, write the largest gatherings out as files until half
+    /// of it is left.
+    async fn bound_buffers(&mut self) -> Result<()> {
+        if self.buffered <= BUFFER_BYTES {
+            return Ok(());
+        }
+        let mut by_size: Vec<(usize, String)> = self
+            .tables
+            .iter()
+            .filter(|(_, t)| t.buffered_bytes() > 0)
+            .map(|(n, t)| (t.buffered_bytes(), n.clone()))
+            .collect();
+        by_size.sort_unstable_by(|a, b| b.cmp(a));
+        for (_, name) in by_size {
+            if self.buffered <= BUFFER_BYTES / 2 {
+                break;
+            }
+            self.close_files(&name).await?;
+        }
+        Ok(())
     }
 
     /// Close the files of the least recently written tables until fewer than the cap are
@@ -212,9 +255,7 @@ impl RoutedSink {
             .map(|(n, _)| (*n).clone())
             .collect();
         for name in victims {
-            if let Some(t) = self.tables.get_mut(&name) {
-                t.close_writer().await?;
-            }
+            self.close_files(&name).await?;
         }
         Ok(())
     }
@@ -270,7 +311,7 @@ impl RoutedSink {
                 table: None,
             });
         }
-        let mut written = 0;
+        let mut slices = Vec::with_capacity(order.len());
         for name in order {
             let rows = take_rows(&data, groups.remove(&name).unwrap_or_default())?;
             let rows = drop_all_null_columns(&rows)?;
@@ -279,26 +320,43 @@ impl RoutedSink {
             } else {
                 rows
             };
-            if !self.tables.contains_key(&name) {
-                if self.tables.len() >= self.options.max_tables {
-                    rejected.push(Rejected {
-                        rows,
-                        reason: format!(
-                            "route.max-tables ({}) reached: table '{name}' is not created",
-                            self.options.max_tables
-                        ),
-                        table: Some(name),
-                    });
-                    continue;
-                }
-                let opener = Opener {
-                    catalog_name: self.catalog_name.clone(),
-                    catalog: self.catalog.clone(),
-                    namespace: self.namespace.clone(),
-                    options: self.options.clone(),
-                };
-                let sink = opener.open(&name, &rows).await?;
+            slices.push((name, rows));
+        }
+        // Tables seen for the first time are opened (or created) several at a time.
+        let mut new = Vec::new();
+        for (name, rows) in &slices {
+            if self.tables.contains_key(name) {
+                continue;
+            }
+            if self.tables.len() + new.len() < self.options.max_tables {
+                new.push((name.clone(), rows));
+            }
+        }
+        let opener = Opener {
+            catalog_name: self.catalog_name.clone(),
+            catalog: self.catalog.clone(),
+            namespace: self.namespace.clone(),
+            options: self.options.clone(),
+        };
+        for chunk in new.chunks(PARALLEL_OPENS) {
+            let opens = chunk.iter().map(|(name, rows)| opener.open(name, rows));
+            let sinks = futures::future::try_join_all(opens).await?;
+            for ((name, _), sink) in chunk.iter().zip(sinks) {
                 self.tables.insert(name.clone(), sink);
+            }
+        }
+        let mut written = 0;
+        for (name, rows) in slices {
+            if !self.tables.contains_key(&name) {
+                rejected.push(Rejected {
+                    rows,
+                    reason: format!(
+                        "route.max-tables ({}) reached: table '{name}' is not created",
+                        self.options.max_tables
+                    ),
+                    table: Some(name),
+                });
+                continue;
             }
             if !self.tables.get(&name).is_some_and(|t| t.has_open_files()) {
                 self.bound_open_files(&name).await?;
@@ -316,7 +374,10 @@ impl RoutedSink {
             let Some(sink) = self.tables.get_mut(&name) else {
                 continue;
             };
-            match sink.write(rows.clone()).await? {
+            let before = sink.buffered_bytes();
+            let result = sink.write(rows.clone()).await?;
+            self.buffered = (self.buffered + sink.buffered_bytes()).saturating_sub(before);
+            match result {
                 Ok(n) => written += n,
                 Err(reason) => rejected.push(Rejected {
                     rows,
@@ -325,6 +386,7 @@ impl RoutedSink {
                 }),
             }
         }
+        self.bound_buffers().await?;
         Ok((written, rejected))
     }
 }
@@ -381,6 +443,7 @@ impl RoutedSink {
         for sink in self.tables.values_mut() {
             out.extend(sink.close().await?);
         }
+        self.buffered = 0;
         Ok(out)
     }
 

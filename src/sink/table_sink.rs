@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
 use iceberg::Catalog;
 use iceberg::arrow::schema_to_arrow_schema;
@@ -106,7 +107,16 @@ pub struct TableSink {
     loaded: Instant,
     /// The staged schema and its Arrow form.
     arrow: Option<(iceberg::spec::SchemaRef, SchemaRef)>,
+    /// Rows accepted (conformed to the staged schema) but not yet handed to the writer:
+    /// routed slices of a few rows each are gathered so the Parquet writer sees batches of
+    /// [`WRITE_ROWS`] (its cost is per batch and column as much as per row).
+    pending: Vec<RecordBatch>,
+    pending_rows: usize,
+    pending_bytes: usize,
 }
+
+/// Rows gathered before a batch goes to the Parquet writer.
+pub const WRITE_ROWS: usize = 8192;
 
 impl TableSink {
     pub fn new(
@@ -131,6 +141,9 @@ impl TableSink {
             case_insensitive: false,
             loaded: Instant::now(),
             arrow: None,
+            pending: Vec::new(),
+            pending_rows: 0,
+            pending_bytes: 0,
         }
     }
 
@@ -209,15 +222,42 @@ impl TableSink {
             None => batch,
         };
         let rows = conform_to(&self.arrow_schema()?, &batch)?;
-        let n = rows.num_rows() as u64;
+        let n = rows.num_rows();
+        self.rows += n as u64;
+        self.pending_rows += n;
+        self.pending_bytes += rows.get_array_memory_size();
+        self.pending.push(rows);
+        if self.pending_rows >= WRITE_ROWS {
+            self.flush().await?;
+        }
+        Ok(Ok(n as u64))
+    }
+
+    /// Memory held by rows not yet handed to the writer, in bytes.
+    pub fn buffered_bytes(&self) -> usize {
+        self.pending_bytes
+    }
+
+    /// Hand the gathered rows to the writer (opening its files if none are open).
+    pub async fn flush(&mut self) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut self.pending);
+        self.pending_rows = 0;
+        self.pending_bytes = 0;
+        let batch = match <[RecordBatch; 1]>::try_from(pending) {
+            Ok([one]) => one,
+            Err(many) => concat_batches(&self.arrow_schema()?, &many)
+                .map_err(|e| Error::Internal(format!("gathering rows for a write: {e}")))?,
+        };
         if self.writer.is_none() {
             self.writer = Some(TableWriter::try_new(&self.staged)?);
         }
         if let Some(w) = &mut self.writer {
-            w.write(rows).await?;
+            w.write(batch).await?;
         }
-        self.rows += n;
-        Ok(Ok(n))
+        Ok(())
     }
 
     /// Move to `schema` (and the spec the candidates give it): close the open files, which
@@ -241,14 +281,15 @@ impl TableSink {
         Ok(())
     }
 
-    /// Whether a writer (open files) is held.
+    /// Whether a writer (open files) or rows waiting for one are held.
     pub fn has_open_files(&self) -> bool {
-        self.writer.is_some()
+        self.writer.is_some() || !self.pending.is_empty()
     }
 
     /// Close the open files now (they are committed at the checkpoint); the next rows open
     /// new ones. Bounds how many files a job holds open across many tables.
     pub async fn close_writer(&mut self) -> Result<()> {
+        self.flush().await?;
         if let Some(w) = self.writer.take() {
             let spec_id = self.staged.metadata().default_partition_spec_id();
             self.closed
@@ -313,6 +354,7 @@ impl TableSink {
     /// Whether nothing is written or staged since the last commit.
     pub fn is_idle(&self) -> bool {
         self.writer.is_none()
+            && self.pending.is_empty()
             && self.closed.is_empty()
             && self.schema.is_none()
             && self.spec.is_none()
