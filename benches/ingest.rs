@@ -23,6 +23,10 @@ use datafusion::parquet::file::properties::WriterProperties;
 
 mod common;
 
+/// The binary's allocator (see src/main.rs): figures are the binary's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const KINDS: [&str; 4] = ["order", "page_view", "interaction", "signup"];
 const REGIONS: [&str; 4] = ["eu-west", "us-east", "ap-south", "sa-east"];
 

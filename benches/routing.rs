@@ -2,8 +2,12 @@
 //!
 //! ```text
 //! cargo bench --bench routing                    # 400,000 rows
-//! FLOE_BENCH_ROWS=2000000 cargo bench --bench routing
+//! FLOE_BENCH_ROWS=10000000 cargo bench --bench routing
+//! FLOE_BENCH_INTERVAL=1h FLOE_BENCH_WITH="WITH ('route.max-open-tables' = '100')" ...
 //! ```
+//!
+//! `FLOE_BENCH_INTERVAL` sets the checkpoint interval (10 s), `FLOE_BENCH_WITH` the routed
+//! INSERT's `WITH` clause.
 //!
 //! The same generated order stream is routed once to a single table and once to 1,000
 //! (by customer). The targets (DESIGN): the 1,000-table run keeps at least half the
@@ -12,6 +16,10 @@
 use std::time::Instant;
 
 mod common;
+
+/// The binary's allocator (see src/main.rs): memory figures are the binary's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Peak resident memory of this process so far, in MiB (Linux).
 fn peak_rss_mib() -> f64 {
@@ -41,7 +49,8 @@ fn run(dir: &std::path::Path, rows: u64, tables: u64) -> f64 {
         session
             .sql(&format!(
                 "INSERT INTO lake.routed{tables} SELECT * FROM orders
-                 ROUTE BY 'customer_' || CAST(customer_id % {tables} AS VARCHAR)"
+                 ROUTE BY 'customer_' || CAST(customer_id % {tables} AS VARCHAR) {}",
+                std::env::var("FLOE_BENCH_WITH").unwrap_or_default()
             ))
             .await
             .expect("job");

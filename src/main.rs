@@ -1,5 +1,10 @@
 use clap::Parser;
 
+/// mimalloc, as datafusion-cli uses: glibc's malloc keeps the memory of many tables' short-lived
+/// Parquet encoders and compression contexts resident long after they are freed.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let args = floe::cli::Args::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

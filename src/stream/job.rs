@@ -28,7 +28,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
 
 /// Rows asked of a source per poll.
-const POLL_ROWS: usize = 8192;
+const POLL_ROWS: usize = 32768;
 
 /// Where a job writes.
 #[derive(Clone)]
