@@ -175,13 +175,15 @@ pub struct RoutedSink {
     buffered: usize,
 }
 
-/// Rows gathered for writers across all tables are written out, largest first, beyond this:
+/// Rows gathered for writers across all tables are written out, largest first, beyond this
+/// (the gatherings hold more than that in allocations):
 /// each such table's gathering becomes a file. (An open Parquet writer costs about a MiB per
 /// table in encoders and compression contexts however few rows it holds, so a table's writer
 /// opens only once it has a row group's worth of rows, see [`TableSink::write`].)
 const BUFFER_BYTES: usize = 192 << 20;
 
-/// Tables opened or created at once when a poll names several new ones.
+/// Tables opened or created at once when a poll names several new ones, and closed at once at
+/// a checkpoint.
 const PARALLEL_OPENS: usize = 8;
 
 impl RoutedSink {
@@ -284,22 +286,35 @@ impl RoutedSink {
         let data = batch
             .project(&keep)
             .map_err(|e| Error::Internal(format!("dropping the route column: {e}")))?;
-        // Row indices per table, in first-seen order; unroutable rows apart.
-        let mut order: Vec<String> = Vec::new();
-        let mut groups: HashMap<String, Vec<u32>> = HashMap::new();
+        // Row indices per table, in first-seen order; unroutable rows apart. Each distinct
+        // route value becomes a table name once (two values may name one table: `A`, `a`).
+        let mut names: Vec<String> = Vec::new();
+        let mut groups: Vec<Vec<u32>> = Vec::new();
+        let mut group_of_name: HashMap<String, usize> = HashMap::new();
+        let mut group_of_value: HashMap<&str, Option<usize>> = HashMap::new();
         let mut unroutable = Vec::new();
         for i in 0..routes.len() {
-            let name = (!routes.is_null(i))
-                .then(|| table_name(routes.value(i)))
-                .flatten();
-            match name {
-                Some(n) => {
-                    let rows = groups.entry(n.clone()).or_insert_with(|| {
-                        order.push(n);
-                        Vec::new()
+            if routes.is_null(i) {
+                unroutable.push(i as u32);
+                continue;
+            }
+            let value = routes.value(i);
+            let group = match group_of_value.get(value) {
+                Some(g) => *g,
+                None => {
+                    let g = table_name(value).map(|name| {
+                        *group_of_name.entry(name.clone()).or_insert_with(|| {
+                            names.push(name);
+                            groups.push(Vec::new());
+                            groups.len() - 1
+                        })
                     });
-                    rows.push(i as u32);
+                    group_of_value.insert(value, g);
+                    g
                 }
+            };
+            match group {
+                Some(g) => groups[g].push(i as u32),
                 None => unroutable.push(i as u32),
             }
         }
@@ -311,9 +326,9 @@ impl RoutedSink {
                 table: None,
             });
         }
-        let mut slices = Vec::with_capacity(order.len());
-        for name in order {
-            let rows = take_rows(&data, groups.remove(&name).unwrap_or_default())?;
+        let mut slices = Vec::with_capacity(names.len());
+        for (name, rows) in names.into_iter().zip(groups) {
+            let rows = take_rows(&data, rows)?;
             let rows = drop_all_null_columns(&rows)?;
             let rows = if self.options.int_integers {
                 narrow_integers(self.tables.get(&name).map(TableSink::schema), &rows)?
@@ -439,9 +454,18 @@ impl Opener {
 impl RoutedSink {
     /// Close every table's files: what the checkpoint commits.
     pub async fn close(&mut self) -> Result<Vec<PendingCommit>> {
+        // Several at a time: one table's rows are encoded while others' files are created
+        // and synced on the blocking pool.
         let mut out = Vec::new();
-        for sink in self.tables.values_mut() {
-            out.extend(sink.close().await?);
+        let mut sinks: Vec<&mut TableSink> = self.tables.values_mut().collect();
+        for chunk in sinks.chunks_mut(PARALLEL_OPENS) {
+            let closes = chunk.iter_mut().map(|s| s.close());
+            out.extend(
+                futures::future::try_join_all(closes)
+                    .await?
+                    .into_iter()
+                    .flatten(),
+            );
         }
         self.buffered = 0;
         Ok(out)
