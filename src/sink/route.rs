@@ -10,8 +10,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, RecordBatch, UInt32Array};
-use datafusion::arrow::compute::{cast, take};
+use datafusion::arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::{cast, take_record_batch};
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::datatypes::{DataType, Schema as ArrowSchema};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser as SqlParser;
@@ -173,7 +174,16 @@ pub struct RoutedSink {
     writes: u64,
     /// Bytes of rows the tables gather for their writers, all tables together.
     buffered: usize,
+    /// The routed rows' schema, one allocation shared by every batch that has it (a table
+    /// recognises rows it took before by it, see [`TableSink::write`]).
+    schema: Option<SchemaRef>,
+    /// Batches routed since the tables last compacted their gathered slices.
+    uncompacted: usize,
 }
+
+/// Routed batches after which every table copies the slices it gathered into one batch of its
+/// own, so that slices of a table that gets few rows do not keep whole batches alive.
+const COMPACT_EVERY: usize = 8;
 
 /// Rows gathered for writers across all tables are written out, largest first, beyond this
 /// (the gatherings hold more than that in allocations):
@@ -202,7 +212,40 @@ impl RoutedSink {
             last_write: HashMap::new(),
             writes: 0,
             buffered: 0,
+            schema: None,
+            uncompacted: 0,
         }
+    }
+
+    /// `batch` with the schema allocation earlier batches of the same schema had.
+    fn share_schema(&mut self, batch: RecordBatch) -> Result<RecordBatch> {
+        match &self.schema {
+            Some(s) if Arc::ptr_eq(s, &batch.schema()) => Ok(batch),
+            Some(s) if **s == *batch.schema() => batch
+                .with_schema(s.clone())
+                .map_err(|e| Error::Internal(format!("sharing a batch schema: {e}"))),
+            _ => {
+                self.schema = Some(batch.schema());
+                Ok(batch)
+            }
+        }
+    }
+
+    /// Every [`COMPACT_EVERY`] batches, tables copy their gathered slices into batches of
+    /// their own (releasing the routed batches the slices are part of).
+    fn compact(&mut self) -> Result<()> {
+        self.uncompacted += 1;
+        if self.uncompacted < COMPACT_EVERY {
+            return Ok(());
+        }
+        self.uncompacted = 0;
+        let mut buffered = 0;
+        for t in self.tables.values_mut() {
+            t.compact()?;
+            buffered += t.buffered_bytes();
+        }
+        self.buffered = buffered;
+        Ok(())
     }
 
     /// Close table `name`'s open files (writing the rows it gathered first).
@@ -274,62 +317,36 @@ impl RoutedSink {
             .schema()
             .index_of(ROUTE_COLUMN)
             .map_err(|_| Error::Internal(format!("routed output lacks {ROUTE_COLUMN}")))?;
-        let routes = cast(batch.column(route_at), &DataType::Utf8)
-            .map_err(|e| Error::Plan(format!("ROUTE BY value is not text: {e}")))?;
-        let routes = routes
-            .as_any()
-            .downcast_ref::<datafusion::arrow::array::StringArray>()
-            .ok_or_else(|| Error::Internal("route column is not a string array".into()))?;
         let keep: Vec<usize> = (0..batch.num_columns())
             .filter(|&i| i != route_at)
             .collect();
         let data = batch
             .project(&keep)
             .map_err(|e| Error::Internal(format!("dropping the route column: {e}")))?;
-        // Row indices per table, in first-seen order; unroutable rows apart. Each distinct
-        // route value becomes a table name once (two values may name one table: `A`, `a`).
-        let mut names: Vec<String> = Vec::new();
-        let mut groups: Vec<Vec<u32>> = Vec::new();
-        let mut group_of_name: HashMap<String, usize> = HashMap::new();
-        let mut group_of_value: HashMap<&str, Option<usize>> = HashMap::new();
-        let mut unroutable = Vec::new();
-        for i in 0..routes.len() {
-            if routes.is_null(i) {
-                unroutable.push(i as u32);
-                continue;
-            }
-            let value = routes.value(i);
-            let group = match group_of_value.get(value) {
-                Some(g) => *g,
-                None => {
-                    let g = table_name(value).map(|name| {
-                        *group_of_name.entry(name.clone()).or_insert_with(|| {
-                            names.push(name);
-                            groups.push(Vec::new());
-                            groups.len() - 1
-                        })
-                    });
-                    group_of_value.insert(value, g);
-                    g
-                }
-            };
-            match group {
-                Some(g) => groups[g].push(i as u32),
-                None => unroutable.push(i as u32),
-            }
-        }
+        let data = self.share_schema(data)?;
+        let groups = Groups::of(batch.column(route_at))?;
+        // One gather puts each table's rows next to each other; a table's rows are then a
+        // slice of it (a take per table costs per call as much as per row).
+        let sorted = if groups.is_identity() {
+            data
+        } else {
+            take_record_batch(&data, &groups.order)
+                .map_err(|e| Error::Internal(format!("grouping rows by route: {e}")))?
+        };
         let mut rejected = Vec::new();
-        if !unroutable.is_empty() {
+        if groups.unroutable > 0 {
+            let start = sorted.num_rows() - groups.unroutable;
             rejected.push(Rejected {
-                rows: take_rows(&data, unroutable)?,
+                rows: sorted.slice(start, groups.unroutable),
                 reason: "the ROUTE BY value is NULL or empty".to_string(),
                 table: None,
             });
         }
-        let mut slices = Vec::with_capacity(names.len());
-        for (name, rows) in names.into_iter().zip(groups) {
-            let rows = take_rows(&data, rows)?;
-            let rows = drop_all_null_columns(&rows)?;
+        let mut slices = Vec::with_capacity(groups.names.len());
+        let mut start = 0;
+        for (name, end) in groups.names.into_iter().zip(groups.ends) {
+            let rows = drop_all_null_columns(&sorted.slice(start, end - start))?;
+            start = end;
             let rows = if self.options.int_integers {
                 narrow_integers(self.tables.get(&name).map(TableSink::schema), &rows)?
             } else {
@@ -401,6 +418,7 @@ impl RoutedSink {
                 }),
             }
         }
+        self.compact()?;
         self.bound_buffers().await?;
         Ok((written, rejected))
     }
@@ -525,16 +543,101 @@ impl RoutedSink {
     }
 }
 
-fn take_rows(batch: &RecordBatch, rows: Vec<u32>) -> Result<RecordBatch> {
-    let idx = UInt32Array::from(rows);
-    let columns = batch
-        .columns()
-        .iter()
-        .map(|c| take(c.as_ref(), &idx, None))
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| Error::Internal(format!("splitting a batch by route: {e}")))?;
-    RecordBatch::try_new(batch.schema(), columns)
-        .map_err(|e| Error::Internal(format!("splitting a batch by route: {e}")))
+/// A batch's rows grouped by the table their route value names.
+struct Groups {
+    /// The tables, in first-seen order (two route values may name one: `A`, `a`).
+    names: Vec<String>,
+    /// Row numbers: each table's rows in turn (in their order), then the unroutable ones.
+    order: UInt32Array,
+    /// Where each table's rows end in `order`.
+    ends: Vec<usize>,
+    /// Rows whose route value is NULL or names no table (empty), last in `order`.
+    unroutable: usize,
+}
+
+/// The group of a row whose route names no table.
+const UNROUTABLE: u32 = u32::MAX;
+
+impl Groups {
+    /// Group the rows of `routes` (the route column).
+    fn of(routes: &dyn Array) -> Result<Self> {
+        if let Some(a) = routes.as_string_opt::<i32>() {
+            return Ok(Self::group(a.iter(), a.len()));
+        }
+        if let Some(a) = routes.as_string_view_opt() {
+            return Ok(Self::group(a.iter(), a.len()));
+        }
+        let text = cast(routes, &DataType::Utf8)
+            .map_err(|e| Error::Plan(format!("ROUTE BY value is not text: {e}")))?;
+        let text = text.as_string::<i32>();
+        Ok(Self::group(text.iter(), text.len()))
+    }
+
+    fn group<'a>(routes: impl Iterator<Item = Option<&'a str>>, len: usize) -> Self {
+        // Each distinct value is named once; a run of one value is looked up once.
+        let mut names: Vec<String> = Vec::new();
+        let mut counts: Vec<usize> = Vec::new();
+        let mut group_of_name: HashMap<String, u32> = HashMap::new();
+        let mut group_of_value: datafusion::common::HashMap<&str, u32> = Default::default();
+        let mut last: Option<(&str, u32)> = None;
+        let mut of_row: Vec<u32> = Vec::with_capacity(len);
+        let mut unroutable = 0;
+        for value in routes {
+            let group = match value {
+                None => UNROUTABLE,
+                Some(v) => match last {
+                    Some((l, g)) if l == v => g,
+                    _ => {
+                        let g = *group_of_value.entry(v).or_insert_with(|| {
+                            table_name(v).map_or(UNROUTABLE, |name| {
+                                *group_of_name.entry(name.clone()).or_insert_with(|| {
+                                    names.push(name);
+                                    counts.push(0);
+                                    (counts.len() - 1) as u32
+                                })
+                            })
+                        });
+                        last = Some((v, g));
+                        g
+                    }
+                },
+            };
+            match counts.get_mut(group as usize) {
+                Some(c) => *c += 1,
+                None => unroutable += 1,
+            }
+            of_row.push(group);
+        }
+        let ends: Vec<usize> = counts
+            .iter()
+            .scan(0, |end, c| {
+                *end += c;
+                Some(*end)
+            })
+            .collect();
+        let mut next: Vec<usize> = std::iter::once(0)
+            .chain(ends.iter().copied())
+            .take(counts.len())
+            .collect();
+        let mut next_unroutable = len - unroutable;
+        let mut order = vec![0u32; len];
+        for (row, group) in of_row.into_iter().enumerate() {
+            let slot = next.get_mut(group as usize).unwrap_or(&mut next_unroutable);
+            order[*slot] = row as u32;
+            *slot += 1;
+        }
+        Self {
+            names,
+            order: UInt32Array::from(order),
+            ends,
+            unroutable,
+        }
+    }
+
+    /// Whether every row goes to one table, in order: no gather is needed.
+    fn is_identity(&self) -> bool {
+        self.names.len() <= 1 && self.unroutable == 0
+    }
 }
 
 /// A table's rows without the columns that are NULL in every row: a field its records did

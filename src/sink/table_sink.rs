@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, Schema as ArrowSchema, SchemaRef};
 use iceberg::Catalog;
 use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::spec::{
-    DataFile, Schema, Transform, UnboundPartitionField, UnboundPartitionSpec,
+    DataFile, Schema, Transform, Type, UnboundPartitionField, UnboundPartitionSpec,
     serialize_data_file_to_json,
 };
 use iceberg::table::Table;
@@ -26,6 +26,7 @@ use iceberg::table::Table;
 use super::evolve::{conform_to, evolve, match_case};
 use super::writer::TableWriter;
 use crate::catalog::commit::staged;
+use crate::checkpoint::merge::{merge_schemas, rewrite_files};
 use crate::checkpoint::{FileGroup, PendingCommit};
 use crate::error::{Error, Result};
 
@@ -90,6 +91,9 @@ pub struct TableSink {
     catalog: Arc<dyn Catalog>,
     /// The table as committed.
     base: Table,
+    /// The table as the checkpoint being committed leaves it, while its commit runs (the
+    /// next checkpoint's changes start from it).
+    committing: Option<Table>,
     /// The table with this checkpoint's schema and spec changes: what files are written for.
     staged: Table,
     schema: Option<Schema>,
@@ -109,10 +113,16 @@ pub struct TableSink {
     arrow: Option<(iceberg::spec::SchemaRef, SchemaRef)>,
     /// Rows accepted (conformed to the staged schema) but not yet handed to the writer:
     /// routed slices of a few rows each are gathered so the Parquet writer sees batches of
-    /// [`WRITE_ROWS`] (its cost is per batch and column as much as per row).
+    /// [`WRITE_ROWS`] (its cost is per batch and column as much as per row). `recent` are
+    /// slices of the batches they came in, `pending` batches of their own (see
+    /// [`Self::compact`]).
     pending: Vec<RecordBatch>,
+    recent: Vec<RecordBatch>,
     pending_rows: usize,
     pending_bytes: usize,
+    /// A batch schema whose rows fit the staged schema (the second) whatever their values:
+    /// rows of that schema skip the evolution check.
+    fits: Option<(SchemaRef, iceberg::spec::SchemaRef)>,
 }
 
 /// Rows gathered before a batch goes to the Parquet writer.
@@ -131,6 +141,7 @@ impl TableSink {
             catalog: catalog.clone(),
             staged: table.clone(),
             base: table,
+            committing: None,
             schema: None,
             spec: None,
             writer: None,
@@ -142,8 +153,10 @@ impl TableSink {
             loaded: Instant::now(),
             arrow: None,
             pending: Vec::new(),
+            recent: Vec::new(),
             pending_rows: 0,
             pending_bytes: 0,
+            fits: None,
         }
     }
 
@@ -177,6 +190,12 @@ impl TableSink {
         &self.base
     }
 
+    /// What this checkpoint's changes start from: the table as committed, or as the commit
+    /// under way leaves it.
+    fn start(&self) -> &Table {
+        self.committing.as_ref().unwrap_or(&self.base)
+    }
+
     /// Write `batch` (columns matched by name). `Ok(Err(reason))` when its records do not fit
     /// the table and it may not evolve to take them: they go to the dead-letter table.
     pub async fn write(&mut self, batch: RecordBatch) -> Result<std::result::Result<u64, String>> {
@@ -191,6 +210,41 @@ impl TableSink {
         } else {
             batch
         };
+        let batch = if self.known_fit(&batch) {
+            batch
+        } else {
+            match self.evolve(batch).await? {
+                Ok(b) => b,
+                Err(reason) => return Ok(Err(reason)),
+            }
+        };
+        let rows = conform_to(&self.arrow_schema()?, &batch)?;
+        let n = rows.num_rows();
+        self.rows += n as u64;
+        self.pending_rows += n;
+        self.pending_bytes += slice_bytes(&rows);
+        self.recent.push(rows);
+        if self.pending_rows >= WRITE_ROWS {
+            self.flush().await?;
+        }
+        Ok(Ok(n as u64))
+    }
+
+    /// Whether rows of `batch`'s schema were found to fit the staged schema whatever their
+    /// values (it is the common case: the same columns batch after batch).
+    fn known_fit(&self, batch: &RecordBatch) -> bool {
+        self.fits.as_ref().is_some_and(|(b, s)| {
+            Arc::ptr_eq(b, &batch.schema())
+                && Arc::ptr_eq(s, self.staged.metadata().current_schema())
+        })
+    }
+
+    /// Check `batch` against the staged schema: evolve the schema to take it, or (evolution
+    /// off) drop the columns the table lacks; `Err(reason)` when it cannot be taken.
+    async fn evolve(
+        &mut self,
+        batch: RecordBatch,
+    ) -> Result<std::result::Result<RecordBatch, String>> {
         let md = self.staged.metadata();
         let wanted = match evolve(
             md.current_schema(),
@@ -219,18 +273,15 @@ impl TableSink {
                     .project(&keep)
                     .map_err(|e| Error::Internal(format!("projecting a batch: {e}")))?
             }
-            None => batch,
+            None => {
+                let current = md.current_schema().clone();
+                if fits_any_values(&current, &*self.arrow_schema()?, &batch.schema()) {
+                    self.fits = Some((batch.schema(), current));
+                }
+                batch
+            }
         };
-        let rows = conform_to(&self.arrow_schema()?, &batch)?;
-        let n = rows.num_rows();
-        self.rows += n as u64;
-        self.pending_rows += n;
-        self.pending_bytes += rows.get_array_memory_size();
-        self.pending.push(rows);
-        if self.pending_rows >= WRITE_ROWS {
-            self.flush().await?;
-        }
-        Ok(Ok(n as u64))
+        Ok(Ok(batch))
     }
 
     /// Memory held by rows not yet handed to the writer, in bytes.
@@ -238,12 +289,28 @@ impl TableSink {
         self.pending_bytes
     }
 
-    /// Hand the gathered rows to the writer (opening its files if none are open).
-    pub async fn flush(&mut self) -> Result<()> {
-        if self.pending.is_empty() {
+    /// Copy the gathered slices into one batch of this table's own: the batches they are
+    /// slices of can go.
+    pub fn compact(&mut self) -> Result<()> {
+        if self.recent.is_empty() {
             return Ok(());
         }
-        let pending = std::mem::take(&mut self.pending);
+        let recent = std::mem::take(&mut self.recent);
+        let batch = concat_batches(&self.arrow_schema()?, &recent)
+            .map_err(|e| Error::Internal(format!("gathering rows for a write: {e}")))?;
+        self.pending_bytes =
+            self.pending.iter().map(slice_bytes).sum::<usize>() + slice_bytes(&batch);
+        self.pending.push(batch);
+        Ok(())
+    }
+
+    /// Hand the gathered rows to the writer (opening its files if none are open).
+    pub async fn flush(&mut self) -> Result<()> {
+        if self.pending.is_empty() && self.recent.is_empty() {
+            return Ok(());
+        }
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.append(&mut self.recent);
         self.pending_rows = 0;
         self.pending_bytes = 0;
         let batch = match <[RecordBatch; 1]>::try_from(pending) {
@@ -265,7 +332,7 @@ impl TableSink {
     async fn restage(&mut self, schema: Schema) -> Result<()> {
         self.close_writer().await?;
         let current_spec = self.spec.clone().unwrap_or_else(|| {
-            self.base
+            self.start()
                 .metadata()
                 .default_partition_spec()
                 .as_ref()
@@ -277,13 +344,13 @@ impl TableSink {
             self.spec = spec;
         }
         self.schema = Some(schema);
-        self.staged = staged(&self.base, self.schema.clone(), self.spec.clone())?;
+        self.staged = staged(self.start(), self.schema.clone(), self.spec.clone())?;
         Ok(())
     }
 
     /// Whether a writer (open files) or rows waiting for one are held.
     pub fn has_open_files(&self) -> bool {
-        self.writer.is_some() || !self.pending.is_empty()
+        self.writer.is_some() || !self.pending.is_empty() || !self.recent.is_empty()
     }
 
     /// Close the open files now (they are committed at the checkpoint); the next rows open
@@ -322,39 +389,110 @@ impl TableSink {
                 }),
             }
         }
-        let ident = self.base.identifier();
+        let start = self.start();
+        let ident = start.identifier();
         let pending = PendingCommit {
             catalog: self.catalog_name.clone(),
             namespace: ident.namespace().clone().inner(),
             table: ident.name().to_string(),
-            table_uuid: self.base.metadata().uuid().to_string(),
+            table_uuid: start.metadata().uuid().to_string(),
             groups,
             schema: self.schema.as_ref().map(to_json).transpose()?,
             spec: self.spec.as_ref().map(to_json).transpose()?,
-            base_schema_id: Some(self.base.metadata().current_schema_id()),
+            base_schema_id: Some(start.metadata().current_schema_id()),
             rows: std::mem::take(&mut self.rows),
         };
+        // Until the commit is done, what follows starts from the table as it leaves it.
+        self.committing = Some(self.staged.clone());
+        self.schema = None;
+        self.spec = None;
         Ok(Some(pending))
     }
 
     /// After the checkpoint committed: the committed table (`committed`, or as loaded from the
-    /// catalog when the commit did not give it) is the new base.
+    /// catalog when the commit did not give it) is the new base. Changes staged since the
+    /// checkpoint closed are kept: they apply to the committed table when its schema and
+    /// specs are the ones they were staged on, else (another writer's changes were merged
+    /// in) they are committed as a change of their own, merged at commit (rewriting files
+    /// whose field ids moved, see `checkpoint::commit`).
     pub async fn after_commit(&mut self, committed: Option<&Table>) -> Result<()> {
         self.base = match committed {
             Some(t) => t.clone(),
             None => self.catalog.load_table(self.base.identifier()).await?,
         };
         self.loaded = Instant::now();
-        self.staged = self.base.clone();
-        self.schema = None;
-        self.spec = None;
+        let Some(expected) = self.committing.take() else {
+            self.staged = self.base.clone();
+            self.schema = None;
+            self.spec = None;
+            return Ok(());
+        };
+        let unchanged = |a: &Table, b: &Table| {
+            let (a, b) = (a.metadata(), b.metadata());
+            a.uuid() == b.uuid()
+                && a.current_schema() == b.current_schema()
+                && a.default_partition_spec() == b.default_partition_spec()
+        };
+        if unchanged(&self.base, &expected) {
+            // The common case: committed as expected; changes since apply on top.
+            self.staged = staged(&self.base, self.schema.clone(), self.spec.clone())?;
+            return Ok(());
+        }
+        if self.base.metadata().uuid() != expected.metadata().uuid() {
+            // Dropped and created again: rows since were for the table that is gone (as rows
+            // of a checkpoint whose table is dropped before its commit are).
+            self.writer = None;
+            self.pending.clear();
+            self.recent.clear();
+            self.closed.clear();
+            self.rows = 0;
+            self.staged = self.base.clone();
+            self.schema = None;
+            self.spec = None;
+            return Ok(());
+        }
+        // Another writer's changes were merged in: the rows since were written for the table
+        // as this job expected it. Write them again for the committed table with this job's
+        // changes merged in (what a commit does when it loses a race, see
+        // `checkpoint::commit`).
+        self.close_writer().await?;
+        let md = self.base.metadata();
+        let ours = self.staged.metadata().current_schema().clone();
+        let merged = merge_schemas(md.current_schema(), &ours, md.last_column_id())?;
+        let schema =
+            (merged.schema.as_struct() != md.current_schema().as_struct()).then_some(merged.schema);
+        let current_spec = md.default_partition_spec().as_ref().clone().into_unbound();
+        let spec = spec_for(
+            schema.as_ref().unwrap_or(md.current_schema()),
+            Some(&current_spec),
+            &self.candidates,
+        )?;
+        self.schema = schema;
+        self.spec = spec;
+        self.staged = staged(&self.base, self.schema.clone(), self.spec.clone())?;
+        let paths = self
+            .closed
+            .iter()
+            .map(|(_, f)| f.file_path().to_string())
+            .collect::<Vec<_>>();
+        if !paths.is_empty() {
+            let spec_id = self.staged.metadata().default_partition_spec_id();
+            let files = rewrite_files(&self.staged, &paths).await?;
+            self.closed = files.into_iter().map(|f| (spec_id, f)).collect();
+            for path in paths {
+                // In no snapshot and no checkpoint record: nothing refers to them.
+                let _ = self.staged.file_io().delete(&path).await;
+            }
+        }
         Ok(())
     }
 
     /// Whether nothing is written or staged since the last commit.
     pub fn is_idle(&self) -> bool {
-        self.writer.is_none()
+        self.committing.is_none()
+            && self.writer.is_none()
             && self.pending.is_empty()
+            && self.recent.is_empty()
             && self.closed.is_empty()
             && self.schema.is_none()
             && self.spec.is_none()
@@ -364,6 +502,59 @@ impl TableSink {
     pub fn age(&self) -> Duration {
         self.loaded.elapsed()
     }
+}
+
+/// Memory of `batch`'s rows (of a slice: its part of the buffers, not the whole buffers).
+fn slice_bytes(batch: &RecordBatch) -> usize {
+    batch
+        .columns()
+        .iter()
+        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0))
+        .sum()
+}
+
+/// Whether rows of `batch` fit `table` (as Arrow: `arrow`) whatever their values: each column is
+/// one of the table's, of the same type (so no value needs a check or conversion), and every
+/// column of the table is optional (so NULLs or absent columns need no change).
+fn fits_any_values(table: &Schema, arrow: &ArrowSchema, batch: &ArrowSchema) -> bool {
+    fn all_optional(t: &Type) -> bool {
+        match t {
+            Type::Primitive(_) => true,
+            Type::Struct(s) => s
+                .fields()
+                .iter()
+                .all(|f| !f.required && all_optional(&f.field_type)),
+            Type::List(l) => !l.element_field.required && all_optional(&l.element_field.field_type),
+            Type::Map(m) => {
+                !m.value_field.required
+                    && all_optional(&m.key_field.field_type)
+                    && all_optional(&m.value_field.field_type)
+            }
+        }
+    }
+    fn same(a: &DataType, b: &DataType) -> bool {
+        match (a, b) {
+            (DataType::Struct(a), DataType::Struct(b)) => {
+                a.len() == b.len()
+                    && a.iter()
+                        .zip(b.iter())
+                        .all(|(a, b)| a.name() == b.name() && same(a.data_type(), b.data_type()))
+            }
+            (DataType::List(a), DataType::List(b)) => same(a.data_type(), b.data_type()),
+            (DataType::Map(a, _), DataType::Map(b, _)) => same(a.data_type(), b.data_type()),
+            (a, b) => a == b,
+        }
+    }
+    table
+        .as_struct()
+        .fields()
+        .iter()
+        .all(|f| !f.required && all_optional(&f.field_type))
+        && batch.fields().iter().all(|f| {
+            arrow
+                .field_with_name(f.name())
+                .is_ok_and(|t| same(t.data_type(), f.data_type()))
+        })
 }
 
 fn to_json<T: serde::Serialize>(v: &T) -> Result<String> {
