@@ -3,7 +3,9 @@
 //! ```text
 //! loop:  poll a source -> run the query on the batch -> write rows (files stay invisible)
 //!        every checkpoint.interval, at the end of bounded sources, and on STOP:
-//!          close files -> write the checkpoint record -> commit the table once
+//!          wait for the last checkpoint's commits -> close files
+//!          -> write the checkpoint record -> commit each table once (on a thread of its
+//!             own while the loop goes on; awaited at the end)
 //! start: last record -> commit what the table lacks -> seek sources -> loop
 //! ```
 
@@ -189,6 +191,19 @@ struct Runner<'a> {
     identity: String,
     checkpoint: u64,
     committed_offsets: BTreeMap<String, Offsets>,
+    /// The last checkpoint, while its commits run.
+    committing: Option<Committing>,
+}
+
+/// A checkpoint whose record is saved and whose tables are being committed, on a thread of
+/// its own while the job reads on. The next checkpoint's record is written only after these
+/// commits are done: recovery commits what the last record names, so it must name them all.
+struct Committing {
+    record: CheckpointRecord,
+    /// How long the job paused for it (closing files, writing the record).
+    closed: Duration,
+    commits: Instant,
+    task: tokio::task::JoinHandle<Result<HashMap<TableIdent, iceberg::table::Table>>>,
 }
 
 /// The first wait after an external failure; it doubles up to [`MAX_BACKOFF`].
@@ -230,8 +245,22 @@ impl Job {
     }
 
     async fn run_once(&self, stop: &mut watch::Receiver<bool>) -> Result<JobState> {
-        let status = self.status.clone();
         let mut runner = Runner::start(self).await?;
+        let result = Self::run_runner(&mut runner, stop).await;
+        if result.is_err()
+            && let Some(c) = runner.committing.take()
+        {
+            // The retry starts by committing the last record: not while this still does.
+            let _ = c.task.await;
+        }
+        result
+    }
+
+    async fn run_runner(
+        runner: &mut Runner<'_>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<JobState> {
+        let status = runner.job.status.clone();
         status.set_state(JobState::Running, None);
         let mut next_checkpoint = Instant::now() + runner.job.interval;
         let mut turn = 0usize;
@@ -240,8 +269,15 @@ impl Job {
                 status.set_state(JobState::Stopping, None);
                 break JobState::Stopped;
             }
+            if runner
+                .committing
+                .as_ref()
+                .is_some_and(|c| c.task.is_finished())
+            {
+                runner.settle().await?;
+            }
             if Instant::now() >= next_checkpoint {
-                runner.checkpoint().await?;
+                runner.checkpoint(false).await?;
                 next_checkpoint = Instant::now() + runner.job.interval;
             }
             let live: Vec<usize> = (0..runner.readers.len())
@@ -288,7 +324,7 @@ impl Job {
                 }
             }
         };
-        runner.checkpoint().await?;
+        runner.checkpoint(true).await?;
         Ok(end)
     }
 }
@@ -383,6 +419,7 @@ impl<'a> Runner<'a> {
             identity,
             checkpoint,
             committed_offsets,
+            committing: None,
         })
     }
 
@@ -544,9 +581,12 @@ impl<'a> Runner<'a> {
         Ok(())
     }
 
-    /// Close files, record the checkpoint durably, then commit each table once.
-    async fn checkpoint(&mut self) -> Result<()> {
+    /// Close files, record the checkpoint durably, then commit each table once: on a thread
+    /// of its own while the job reads on, unless `last` (the job ends: the commits are
+    /// awaited). The previous checkpoint's commits are awaited first.
+    async fn checkpoint(&mut self, last: bool) -> Result<()> {
         let began = Instant::now();
+        self.settle().await?;
         let offsets: BTreeMap<String, Offsets> = self
             .readers
             .iter()
@@ -572,7 +612,7 @@ impl<'a> Runner<'a> {
         };
         self.job.store.save(&record)?;
         self.checkpoint = record.checkpoint;
-        let commits = Instant::now();
+        self.committed_offsets = offsets;
         let mut known = match &self.data {
             Sink::Table(sink) => {
                 HashMap::from([(sink.table().identifier().clone(), sink.table().clone())])
@@ -582,43 +622,79 @@ impl<'a> Runner<'a> {
         if let Some(dead) = &self.dead {
             known.insert(dead.table().identifier().clone(), dead.table().clone());
         }
-        let committed = commit_all(
-            &self.job.target.catalog,
-            self.job.target.committer.as_deref(),
-            &record.tables,
-            &self.job.name,
+        let target = self.job.target.clone();
+        let (job, checkpoint, tables) = (
+            self.job.name.clone(),
             record.checkpoint,
-            &known,
-        )
-        .await?;
-        if !record.tables.is_empty() {
-            let after = |t: &TableSink| committed.get(t.table().identifier()).cloned();
-            match &mut self.data {
-                Sink::Table(sink) => {
-                    let c = after(sink);
-                    sink.after_commit(c.as_ref()).await?
-                }
-                Sink::Routed(routed) => routed.after_commit(&record.tables, &committed).await?,
-            }
-            if let Some(dead) = &mut self.dead {
-                let c = after(dead);
-                dead.after_commit(c.as_ref()).await?;
-            }
+            record.tables.clone(),
+        );
+        let runtime = tokio::runtime::Handle::current();
+        // The commits' own work (manifests, metadata) on another thread than the job's.
+        let task = tokio::task::spawn_blocking(move || {
+            runtime.block_on(commit_all(
+                &target.catalog,
+                target.committer.as_deref(),
+                &tables,
+                &job,
+                checkpoint,
+                &known,
+            ))
+        });
+        self.committing = Some(Committing {
+            record,
+            closed: began.elapsed(),
+            commits: Instant::now(),
+            task,
+        });
+        if last {
+            self.settle().await?;
         }
-        self.committed_offsets = offsets;
+        Ok(())
+    }
+
+    /// Wait for the commits under way, if any, and make the committed tables the sinks'
+    /// new bases.
+    async fn settle(&mut self) -> Result<()> {
+        let Some(c) = self.committing.take() else {
+            return Ok(());
+        };
+        let committed = c
+            .task
+            .await
+            .map_err(|e| Error::Internal(format!("checkpoint commit task: {e}")))??;
+        let commit_ms = c.commits.elapsed().as_millis() as u64;
+        let in_commit = |t: &TableSink| {
+            let ident = t.table().identifier();
+            c.record.tables.iter().any(|p| {
+                p.table == ident.name() && p.namespace == ident.namespace().clone().inner()
+            })
+        };
+        match &mut self.data {
+            Sink::Table(sink) if in_commit(sink) => {
+                let after = committed.get(sink.table().identifier()).cloned();
+                sink.after_commit(after.as_ref()).await?;
+            }
+            Sink::Table(_) => {}
+            Sink::Routed(routed) => routed.after_commit(&c.record.tables, &committed).await?,
+        }
+        if let Some(dead) = self.dead.as_mut().filter(|d| in_commit(d)) {
+            let after = committed.get(dead.table().identifier()).cloned();
+            dead.after_commit(after.as_ref()).await?;
+        }
         let status = &self.job.status;
         status
             .commit_duration_ms
-            .store(commits.elapsed().as_millis() as u64, Ordering::Relaxed);
+            .store(commit_ms, Ordering::Relaxed);
+        // The pause the checkpoint made (closing files, the record) and its commits.
         status
             .checkpoint_duration_ms
-            .store(began.elapsed().as_millis() as u64, Ordering::Relaxed);
+            .store(c.closed.as_millis() as u64 + commit_ms, Ordering::Relaxed);
         status
             .checkpoint
-            .store(record.checkpoint, Ordering::Relaxed);
+            .store(c.record.checkpoint, Ordering::Relaxed);
         status
             .checkpoint_time_ms
-            .store(record.time_ms.max(0) as u64, Ordering::Relaxed);
+            .store(c.record.time_ms.max(0) as u64, Ordering::Relaxed);
         Ok(())
     }
 }
