@@ -32,6 +32,11 @@ use datafusion::arrow::compute::concat_batches;
 /// Rows asked of a source per poll.
 const POLL_ROWS: usize = 32768;
 
+/// Rows a routed job gathers before routing them: each table's share of a routed batch costs
+/// per slice (checks, bookkeeping) as well as per row, and a thousand tables' shares of one
+/// poll are a few rows each.
+const ROUTE_ROWS: usize = 262_144;
+
 /// Where a job writes.
 #[derive(Clone)]
 pub struct Target {
@@ -193,6 +198,9 @@ struct Runner<'a> {
     committed_offsets: BTreeMap<String, Offsets>,
     /// The last checkpoint, while its commits run.
     committing: Option<Committing>,
+    /// A routed job's query output not yet routed, with its source (see [`ROUTE_ROWS`]).
+    routing: Vec<(String, RecordBatch)>,
+    routing_rows: usize,
 }
 
 /// A checkpoint whose record is saved and whose tables are being committed, on a thread of
@@ -420,6 +428,8 @@ impl<'a> Runner<'a> {
             checkpoint,
             committed_offsets,
             committing: None,
+            routing: Vec::new(),
+            routing_rows: 0,
         })
     }
 
@@ -510,32 +520,56 @@ impl<'a> Runner<'a> {
                     )));
                 }
             },
-            Sink::Routed(routed) => {
-                let (n, rejected) = routed.write(&out).await?;
-                let source = source.to_string();
-                let mut letters = Vec::new();
-                for r in rejected {
-                    for i in 0..r.rows.num_rows() {
-                        letters.push(DeadLetter {
-                            source: source.clone(),
-                            partition: None,
-                            offset: None,
-                            payload: row_json(&r.rows.slice(i, 1)),
-                            error: match &r.table {
-                                Some(t) => format!("table {t}: {}", r.reason),
-                                None => r.reason.clone(),
-                            },
-                        });
-                    }
+            Sink::Routed(_) => {
+                self.routing_rows += out.num_rows();
+                self.routing.push((source.to_string(), out));
+                if self.routing_rows >= ROUTE_ROWS {
+                    self.route().await?;
                 }
-                self.dead_letter(letters).await?;
-                n
+                return Ok(());
             }
         };
         self.job
             .status
             .records_out
             .fetch_add(rows, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Route the rows gathered for a routed job (per source, for their dead letters).
+    async fn route(&mut self) -> Result<()> {
+        let Sink::Routed(routed) = &mut self.data else {
+            return Ok(());
+        };
+        let gathered = std::mem::take(&mut self.routing);
+        self.routing_rows = 0;
+        let mut letters = Vec::new();
+        let mut written = 0;
+        for (source, batches) in by_source(gathered) {
+            let batch = concat_batches(&batches[0].schema(), &batches)
+                .map_err(|e| Error::Internal(format!("gathering rows to route: {e}")))?;
+            let (n, rejected) = routed.write(&batch).await?;
+            written += n;
+            for r in rejected {
+                for i in 0..r.rows.num_rows() {
+                    letters.push(DeadLetter {
+                        source: source.clone(),
+                        partition: None,
+                        offset: None,
+                        payload: row_json(&r.rows.slice(i, 1)),
+                        error: match &r.table {
+                            Some(t) => format!("table {t}: {}", r.reason),
+                            None => r.reason.clone(),
+                        },
+                    });
+                }
+            }
+        }
+        self.dead_letter(letters).await?;
+        self.job
+            .status
+            .records_out
+            .fetch_add(written, Ordering::Relaxed);
         Ok(())
     }
 
@@ -586,6 +620,7 @@ impl<'a> Runner<'a> {
     /// awaited). The previous checkpoint's commits are awaited first.
     async fn checkpoint(&mut self, last: bool) -> Result<()> {
         let began = Instant::now();
+        self.route().await?;
         self.settle().await?;
         let offsets: BTreeMap<String, Offsets> = self
             .readers
@@ -697,6 +732,19 @@ impl<'a> Runner<'a> {
             .store(c.record.time_ms.max(0) as u64, Ordering::Relaxed);
         Ok(())
     }
+}
+
+/// Runs of batches of one source and schema (records of other shapes have other columns), in
+/// order: rows keep their order within each table.
+fn by_source(batches: Vec<(String, RecordBatch)>) -> Vec<(String, Vec<RecordBatch>)> {
+    let mut runs: Vec<(String, Vec<RecordBatch>)> = Vec::new();
+    for (source, batch) in batches {
+        match runs.last_mut() {
+            Some((s, run)) if *s == source && run[0].schema() == batch.schema() => run.push(batch),
+            _ => runs.push((source, vec![batch])),
+        }
+    }
+    runs
 }
 
 /// One row as a JSON object: the payload of a record rejected after decoding.
