@@ -16,11 +16,12 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::datatypes::{DataType, Schema as ArrowSchema};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser as SqlParser;
+use iceberg::spec::DataFile;
 use iceberg::table::Table;
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
 
 use super::evolve::narrow_integers;
-use super::table_sink::{Candidate, TableSink, spec_for};
+use super::table_sink::{Candidate, TableSink, Unwritten, spec_for};
 use crate::catalog::schema::{iceberg_schema, partition_field};
 use crate::checkpoint::PendingCommit;
 use crate::error::{Error, Result};
@@ -37,7 +38,8 @@ pub struct RouteOptions {
     pub table_properties: BTreeMap<String, String>,
     pub dead_letter_table: String,
     pub max_tables: usize,
-    /// Tables whose files stay open at once; the least recently written is closed first.
+    /// Tables whose Parquet writers stay open at once; the least recently written are closed
+    /// first.
     pub max_open_tables: usize,
     /// Match top-level columns to tables' ignoring ASCII case.
     pub case_insensitive: bool,
@@ -82,7 +84,7 @@ impl RouteOptions {
             .take_str("dead-letter.table")
             .unwrap_or_else(|| crate::sink::dead_letter::DEAD_LETTER_TABLE.to_string());
         let max_tables = positive(&mut options, "route.max-tables", 10_000)?;
-        let max_open_tables = positive(&mut options, "route.max-open-tables", 1_000)?;
+        let max_open_tables = positive(&mut options, "route.max-open-tables", 100)?;
         let cache_max_size = positive(&mut options, "table-cache.max-size", 1_000)?;
         let cache_refresh = options
             .take_duration("table-cache.refresh-interval")?
@@ -179,21 +181,70 @@ pub struct RoutedSink {
     schema: Option<SchemaRef>,
     /// Batches routed since the tables last compacted their gathered slices.
     uncompacted: usize,
+    /// Gatherings being written out as files on the blocking pool (see `bound_buffers`).
+    closing: Option<Closing>,
+}
+
+/// Files closed per table, with their partition spec id.
+type ClosedFiles = Vec<(String, Vec<(i32, DataFile)>)>;
+
+/// Tables' gathered rows being written and their files closed in the background.
+struct Closing {
+    tables: std::collections::HashSet<String>,
+    task: tokio::task::JoinHandle<Result<ClosedFiles>>,
+}
+
+/// Write and close `unwritten` (per table) on the blocking pool, on a few threads per core,
+/// each taking the next table when done (few threads: each keeps the memory its work
+/// allocated for its next work, rather than every thread of the pool keeping some). The
+/// files per table.
+async fn close_unwritten(unwritten: Vec<(String, Unwritten)>) -> Result<ClosedFiles> {
+    if unwritten.is_empty() {
+        return Ok(Vec::new());
+    }
+    let runtime = tokio::runtime::Handle::current();
+    let threads = std::thread::available_parallelism().map_or(2, |n| 2 * n.get());
+    let queue = Arc::new(std::sync::Mutex::new(unwritten));
+    let closers: Vec<_> = (0..threads)
+        .map(|_| {
+            let (queue, runtime) = (queue.clone(), runtime.clone());
+            tokio::task::spawn_blocking(move || {
+                let mut closed = Vec::new();
+                loop {
+                    let next = queue
+                        .lock()
+                        .map_err(|_| Error::Internal("a table's files failed to close".into()))?
+                        .pop();
+                    let Some((name, u)) = next else {
+                        return Ok::<_, Error>(closed);
+                    };
+                    closed.push((name, runtime.block_on(u.close())?));
+                }
+            })
+        })
+        .collect();
+    let mut closed = Vec::new();
+    for c in closers {
+        closed.extend(
+            c.await
+                .map_err(|e| Error::Internal(format!("closing tables' files: {e}")))??,
+        );
+    }
+    Ok(closed)
 }
 
 /// Routed batches after which every table copies the slices it gathered into one batch of its
 /// own, so that slices of a table that gets few rows do not keep whole batches alive.
-const COMPACT_EVERY: usize = 8;
+const COMPACT_EVERY: usize = 2;
 
 /// Rows gathered for writers across all tables are written out, largest first, beyond this
 /// (the gatherings hold more than that in allocations):
 /// each such table's gathering becomes a file. (An open Parquet writer costs about a MiB per
 /// table in encoders and compression contexts however few rows it holds, so a table's writer
 /// opens only once it has a row group's worth of rows, see [`TableSink::write`].)
-const BUFFER_BYTES: usize = 192 << 20;
+const BUFFER_BYTES: usize = 128 << 20;
 
-/// Tables opened or created at once when a poll names several new ones, and closed at once at
-/// a checkpoint.
+/// Tables opened or created at once when a poll names several new ones.
 const PARALLEL_OPENS: usize = 8;
 
 impl RoutedSink {
@@ -214,6 +265,7 @@ impl RoutedSink {
             buffered: 0,
             schema: None,
             uncompacted: 0,
+            closing: None,
         }
     }
 
@@ -248,59 +300,81 @@ impl RoutedSink {
         Ok(())
     }
 
-    /// Close table `name`'s open files (writing the rows it gathered first).
-    async fn close_files(&mut self, name: &str) -> Result<()> {
-        if let Some(t) = self.tables.get_mut(name) {
-            self.buffered = self.buffered.saturating_sub(t.buffered_bytes());
-            t.close_writer().await?;
+    /// Keep the job's memory bounded. Beyond `route.max-open-tables` tables with an open
+    /// Parquet writer (about a MiB each, however few rows it holds), the least recently
+    /// written tables' files are closed, down to seven eighths of the cap; beyond
+    /// [`BUFFER_BYTES`] of rows gathered, the largest gatherings are written out, down to
+    /// half. Both on the blocking pool while the job goes on (the next time waits for it).
+    async fn bound(&mut self) -> Result<()> {
+        if self.closing.as_ref().is_some_and(|c| c.task.is_finished()) {
+            self.finish_closing().await?;
         }
-        Ok(())
-    }
-
-    /// Beyond [`BUFFER_BYTES`] gathered, write the largest gatherings out as files until half
-    /// of it is left.
-    async fn bound_buffers(&mut self) -> Result<()> {
-        if self.buffered <= BUFFER_BYTES {
-            return Ok(());
-        }
-        let mut by_size: Vec<(usize, String)> = self
+        let mut victims: Vec<String> = Vec::new();
+        let mut open: Vec<(u64, &String)> = self
             .tables
             .iter()
-            .filter(|(_, t)| t.buffered_bytes() > 0)
-            .map(|(n, t)| (t.buffered_bytes(), n.clone()))
+            .filter(|(_, t)| t.has_writer())
+            .map(|(n, _)| (self.last_write.get(n).copied().unwrap_or(0), n))
             .collect();
-        by_size.sort_unstable_by(|a, b| b.cmp(a));
-        for (_, name) in by_size {
-            if self.buffered <= BUFFER_BYTES / 2 {
-                break;
+        let cap = self.options.max_open_tables;
+        if open.len() > cap {
+            open.sort_unstable();
+            let keep = (cap - cap / 8).max(1);
+            victims.extend(open[..open.len() - keep].iter().map(|(_, n)| (*n).clone()));
+        }
+        let mut left = self.buffered;
+        if left > BUFFER_BYTES {
+            let mut by_size: Vec<(usize, &String)> = self
+                .tables
+                .iter()
+                .filter(|(_, t)| t.buffered_bytes() > 0)
+                .map(|(n, t)| (t.buffered_bytes(), n))
+                .collect();
+            by_size.sort_unstable_by(|a, b| b.cmp(a));
+            for (size, name) in by_size {
+                if left <= BUFFER_BYTES / 2 {
+                    break;
+                }
+                left -= size;
+                if !victims.contains(name) {
+                    victims.push(name.clone());
+                }
             }
-            self.close_files(&name).await?;
         }
+        if victims.is_empty() {
+            return Ok(());
+        }
+        self.finish_closing().await?;
+        let mut unwritten = Vec::new();
+        for name in victims {
+            let Some(sink) = self.tables.get_mut(&name) else {
+                continue;
+            };
+            self.buffered = self.buffered.saturating_sub(sink.buffered_bytes());
+            if let Some(u) = sink.take_unwritten()? {
+                unwritten.push((name, u));
+            }
+        }
+        self.closing = Some(Closing {
+            tables: unwritten.iter().map(|(n, _)| n.clone()).collect(),
+            task: tokio::spawn(close_unwritten(unwritten)),
+        });
         Ok(())
     }
 
-    /// Close the files of the least recently written tables until fewer than the cap are
-    /// open, keeping `keep` open.
-    async fn bound_open_files(&mut self, keep: &str) -> Result<()> {
-        let open: Vec<(&String, u64)> = self
-            .tables
-            .iter()
-            .filter(|(n, t)| t.has_open_files() && n.as_str() != keep)
-            .map(|(n, _)| (n, self.last_write.get(n).copied().unwrap_or(0)))
-            .collect();
-        if open.len() < self.options.max_open_tables {
+    /// Wait for the gatherings being written out, and give each table its files.
+    async fn finish_closing(&mut self) -> Result<()> {
+        let Some(closing) = self.closing.take() else {
             return Ok(());
-        }
-        let mut by_age = open;
-        by_age.sort_by_key(|(_, t)| *t);
-        let excess = by_age.len() + 1 - self.options.max_open_tables;
-        let victims: Vec<String> = by_age
-            .iter()
-            .take(excess)
-            .map(|(n, _)| (*n).clone())
-            .collect();
-        for name in victims {
-            self.close_files(&name).await?;
+        };
+        let closed = closing
+            .task
+            .await
+            .map_err(|e| Error::Internal(format!("writing out gathered rows: {e}")))??;
+        for (name, files) in closed {
+            if let Some(sink) = self.tables.get_mut(&name) {
+                sink.add_closed(files);
+            }
         }
         Ok(())
     }
@@ -390,12 +464,14 @@ impl RoutedSink {
                 });
                 continue;
             }
-            if !self.tables.get(&name).is_some_and(|t| t.has_open_files()) {
-                self.bound_open_files(&name).await?;
-            }
             // An idle table's metadata older than the refresh interval is loaded again, so
             // that changes other writers made are seen before writing.
+            let closing = self
+                .closing
+                .as_ref()
+                .is_some_and(|c| c.tables.contains(&name));
             if let Some(t) = self.tables.get_mut(&name)
+                && !closing
                 && t.is_idle()
                 && t.age() > self.options.cache_refresh
             {
@@ -419,7 +495,7 @@ impl RoutedSink {
             }
         }
         self.compact()?;
-        self.bound_buffers().await?;
+        self.bound().await?;
         Ok((written, rejected))
     }
 }
@@ -470,20 +546,25 @@ impl Opener {
 }
 
 impl RoutedSink {
-    /// Close every table's files: what the checkpoint commits.
+    /// Close every table's files: what the checkpoint commits. The rows gathered are written
+    /// and the files closed on the blocking pool, several tables at once (the job waits
+    /// for them: using every core shortens the pause).
     pub async fn close(&mut self) -> Result<Vec<PendingCommit>> {
-        // Several at a time: one table's rows are encoded while others' files are created
-        // and synced on the blocking pool.
+        self.finish_closing().await?;
+        let mut unwritten = Vec::new();
+        for (name, sink) in &mut self.tables {
+            if let Some(u) = sink.take_unwritten()? {
+                unwritten.push((name.clone(), u));
+            }
+        }
+        for (name, files) in close_unwritten(unwritten).await? {
+            if let Some(sink) = self.tables.get_mut(&name) {
+                sink.add_closed(files);
+            }
+        }
         let mut out = Vec::new();
-        let mut sinks: Vec<&mut TableSink> = self.tables.values_mut().collect();
-        for chunk in sinks.chunks_mut(PARALLEL_OPENS) {
-            let closes = chunk.iter_mut().map(|s| s.close());
-            out.extend(
-                futures::future::try_join_all(closes)
-                    .await?
-                    .into_iter()
-                    .flatten(),
-            );
+        for sink in self.tables.values_mut() {
+            out.extend(sink.close().await?);
         }
         self.buffered = 0;
         Ok(out)
@@ -505,6 +586,9 @@ impl RoutedSink {
         tables: &[PendingCommit],
         committed: &HashMap<TableIdent, Table>,
     ) -> Result<()> {
+        // Files still being closed belong to the tables' next commit: they must be there
+        // before a table is refreshed or forgotten.
+        self.finish_closing().await?;
         let names: std::collections::HashSet<&str> =
             tables.iter().map(|p| p.table.as_str()).collect();
         let mut sinks: Vec<&mut TableSink> = self

@@ -125,6 +125,37 @@ pub struct TableSink {
     fits: Option<(SchemaRef, iceberg::spec::SchemaRef)>,
 }
 
+/// A table's gathered rows and open files, out of its sink: writing and closing them is the
+/// bulk of a checkpoint's work for many tables, done for several tables at once elsewhere.
+pub struct Unwritten {
+    writer: Option<TableWriter>,
+    rows: Vec<RecordBatch>,
+    /// The rows' schema: the table's, as Arrow.
+    schema: SchemaRef,
+    /// The table the files are written for.
+    staged: Table,
+}
+
+impl Unwritten {
+    /// Write the rows and close the files: the files, with their partition spec id.
+    pub async fn close(self) -> Result<Vec<(i32, DataFile)>> {
+        let mut writer = match self.writer {
+            Some(w) => w,
+            None => TableWriter::try_new(&self.staged)?,
+        };
+        if !self.rows.is_empty() {
+            writer.write(concat(&self.schema, self.rows)?).await?;
+        }
+        let spec_id = self.staged.metadata().default_partition_spec_id();
+        Ok(writer
+            .close()
+            .await?
+            .into_iter()
+            .map(|f| (spec_id, f))
+            .collect())
+    }
+}
+
 /// Rows gathered before a batch goes to the Parquet writer.
 pub const WRITE_ROWS: usize = 8192;
 
@@ -297,27 +328,29 @@ impl TableSink {
         }
         let recent = std::mem::take(&mut self.recent);
         let batch = concat_batches(&self.arrow_schema()?, &recent)
-            .map_err(|e| Error::Internal(format!("gathering rows for a write: {e}")))?;
+            .map_err(|e| Error::Internal(format!("compacting gathered rows: {e}")))?;
         self.pending_bytes =
             self.pending.iter().map(slice_bytes).sum::<usize>() + slice_bytes(&batch);
         self.pending.push(batch);
         Ok(())
     }
 
-    /// Hand the gathered rows to the writer (opening its files if none are open).
-    pub async fn flush(&mut self) -> Result<()> {
-        if self.pending.is_empty() && self.recent.is_empty() {
-            return Ok(());
-        }
+    /// The gathered rows, in batches.
+    fn take_pending(&mut self) -> Vec<RecordBatch> {
         let mut pending = std::mem::take(&mut self.pending);
         pending.append(&mut self.recent);
         self.pending_rows = 0;
         self.pending_bytes = 0;
-        let batch = match <[RecordBatch; 1]>::try_from(pending) {
-            Ok([one]) => one,
-            Err(many) => concat_batches(&self.arrow_schema()?, &many)
-                .map_err(|e| Error::Internal(format!("gathering rows for a write: {e}")))?,
-        };
+        pending
+    }
+
+    /// Hand the gathered rows to the writer (opening its files if none are open).
+    pub async fn flush(&mut self) -> Result<()> {
+        let pending = self.take_pending();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let batch = concat(&self.arrow_schema()?, pending)?;
         if self.writer.is_none() {
             self.writer = Some(TableWriter::try_new(&self.staged)?);
         }
@@ -325,6 +358,26 @@ impl TableSink {
             w.write(batch).await?;
         }
         Ok(())
+    }
+
+    /// The rows gathered and the open files, taken out to be written and closed elsewhere
+    /// (see [`Unwritten::close`]; the files come back with [`Self::add_closed`]).
+    pub fn take_unwritten(&mut self) -> Result<Option<Unwritten>> {
+        let rows = self.take_pending();
+        if rows.is_empty() && self.writer.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(Unwritten {
+            writer: self.writer.take(),
+            rows,
+            schema: self.arrow_schema()?,
+            staged: self.staged.clone(),
+        }))
+    }
+
+    /// Files closed elsewhere, with their partition spec id.
+    pub fn add_closed(&mut self, files: Vec<(i32, DataFile)>) {
+        self.closed.extend(files);
     }
 
     /// Move to `schema` (and the spec the candidates give it): close the open files, which
@@ -348,19 +401,17 @@ impl TableSink {
         Ok(())
     }
 
-    /// Whether a writer (open files) or rows waiting for one are held.
-    pub fn has_open_files(&self) -> bool {
-        self.writer.is_some() || !self.pending.is_empty() || !self.recent.is_empty()
+    /// Whether a Parquet writer (open files) is held.
+    pub fn has_writer(&self) -> bool {
+        self.writer.is_some()
     }
 
     /// Close the open files now (they are committed at the checkpoint); the next rows open
     /// new ones. Bounds how many files a job holds open across many tables.
     pub async fn close_writer(&mut self) -> Result<()> {
-        self.flush().await?;
-        if let Some(w) = self.writer.take() {
-            let spec_id = self.staged.metadata().default_partition_spec_id();
-            self.closed
-                .extend(w.close().await?.into_iter().map(|f| (spec_id, f)));
+        if let Some(unwritten) = self.take_unwritten()? {
+            let files = unwritten.close().await?;
+            self.add_closed(files);
         }
         Ok(())
     }
@@ -501,6 +552,15 @@ impl TableSink {
     /// How long ago the base was loaded or committed.
     pub fn age(&self) -> Duration {
         self.loaded.elapsed()
+    }
+}
+
+/// `batches` as one batch (without a copy when there is one).
+fn concat(schema: &SchemaRef, batches: Vec<RecordBatch>) -> Result<RecordBatch> {
+    match <[RecordBatch; 1]>::try_from(batches) {
+        Ok([one]) => Ok(one),
+        Err(many) => concat_batches(schema, &many)
+            .map_err(|e| Error::Internal(format!("gathering rows for a write: {e}"))),
     }
 }
 
