@@ -84,6 +84,73 @@ async fn the_second_commit_merges_the_schemas_and_rewrites_its_files() {
     assert!(files.contains("| 3 |"), "{files}");
 }
 
+/// A job writes on while its checkpoint commits; another writer's change was merged into
+/// that commit, so the rows written meanwhile (for the schema the job expected) are
+/// written again for the committed one, and commit with the next checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_written_during_a_merged_commit_are_rewritten_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = lake_session(
+        dir.path(),
+        "CREATE SCHEMA lake.c; CREATE TABLE lake.c.t (id BIGINT);
+         INSERT INTO lake.c.t VALUES (0);",
+    )
+    .await;
+    let handle = session.catalogs()["lake"].clone();
+    let committer = handle.committer.clone();
+    let ident = TableIdent::new(NamespaceIdent::new("c".into()), "t".into());
+    let base = handle.catalog.load_table(&ident).await.unwrap();
+    let sink = || TableSink::new("lake", &handle.catalog, base.clone(), true, Vec::new());
+    let (mut a, mut b) = (sink(), sink());
+    a.write(batch(&[("from_a", vec!["a1"])], vec![1]))
+        .await
+        .unwrap()
+        .unwrap();
+    b.write(batch(&[("from_b", vec!["b2"])], vec![2]))
+        .await
+        .unwrap()
+        .unwrap();
+    let pending_a = a.close().await.unwrap().unwrap();
+    let pending_b = b.close().await.unwrap().unwrap();
+    // B's next checkpoint begins before its commit is done: `from_b` has A's field id.
+    b.write(batch(&[("from_b", vec!["b3"])], vec![3]))
+        .await
+        .unwrap()
+        .unwrap();
+    let commit = |pending, job, checkpoint| {
+        commit_once(
+            &handle.catalog,
+            committer.as_deref(),
+            pending,
+            job,
+            checkpoint,
+            None,
+        )
+    };
+    assert!(commit(&pending_a, "a", 1).await.unwrap().is_some());
+    let committed = commit(&pending_b, "b", 1).await.unwrap().unwrap();
+    b.after_commit(Some(&committed)).await.unwrap();
+    b.write(batch(&[("from_b", vec!["b4"])], vec![4]))
+        .await
+        .unwrap()
+        .unwrap();
+    let pending = b.close().await.unwrap().unwrap();
+    assert!(commit(&pending, "b", 2).await.unwrap().is_some());
+    assert_eq!(
+        rows(&session, "SELECT * FROM lake.c.t ORDER BY id").await,
+        "\
++----+--------+--------+
+| id | from_a | from_b |
++----+--------+--------+
+| 0  |        |        |
+| 1  | a1     |        |
+| 2  |        | b2     |
+| 3  |        | b3     |
+| 4  |        | b4     |
++----+--------+--------+"
+    );
+}
+
 /// JSON lines for job `tag`: rows for tables `common` and `<tag>_only`, a new field every
 /// 2,500 rows (`<tag>_1`, `<tag>_2`, ...), so both jobs keep evolving `common`.
 fn records(tag: &str, n: usize) -> String {
