@@ -734,13 +734,27 @@ impl<'a> Runner<'a> {
     }
 }
 
-/// Runs of batches of one source and schema (records of other shapes have other columns), in
-/// order: rows keep their order within each table.
+/// Runs of batches of one source, schema and set of columns that are NULL throughout, in
+/// order: rows keep their order within each table, and a column that starts (or stops)
+/// carrying values starts a run of its own, so that routed tables see it appear as they
+/// would batch by batch (created without it, then evolved: partition candidates included).
 fn by_source(batches: Vec<(String, RecordBatch)>) -> Vec<(String, Vec<RecordBatch>)> {
+    let all_null = |b: &RecordBatch| -> Vec<bool> {
+        b.columns()
+            .iter()
+            .map(|c| c.null_count() == c.len())
+            .collect()
+    };
     let mut runs: Vec<(String, Vec<RecordBatch>)> = Vec::new();
     for (source, batch) in batches {
         match runs.last_mut() {
-            Some((s, run)) if *s == source && run[0].schema() == batch.schema() => run.push(batch),
+            Some((s, run))
+                if *s == source
+                    && run[0].schema() == batch.schema()
+                    && all_null(&run[0]) == all_null(&batch) =>
+            {
+                run.push(batch)
+            }
             _ => runs.push((source, vec![batch])),
         }
     }
