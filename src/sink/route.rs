@@ -757,6 +757,36 @@ mod tests {
     }
 
     #[test]
+    fn rows_group_by_table_in_first_seen_order() {
+        use datafusion::arrow::array::{StringArray, StringViewArray};
+        let values = vec![
+            Some("b"),
+            Some("A"),
+            None,
+            Some("a"),
+            Some("b"),
+            Some(""),
+            Some("a"),
+        ];
+        for routes in [
+            Arc::new(StringArray::from(values.clone())) as Arc<dyn Array>,
+            Arc::new(StringViewArray::from(values.clone())),
+        ] {
+            let g = Groups::of(routes.as_ref()).unwrap();
+            // `A` and `a` name one table; NULL and empty name none and come last.
+            assert_eq!(g.names, vec!["b", "a"]);
+            assert_eq!(g.ends, vec![2, 5]);
+            assert_eq!(g.unroutable, 2);
+            assert_eq!(g.order.values().to_vec(), vec![0, 4, 1, 3, 6, 2, 5]);
+            assert!(!g.is_identity());
+        }
+        let one = StringArray::from(vec!["x", "x", "X"]);
+        let g = Groups::of(&one).unwrap();
+        assert!(g.is_identity());
+        assert_eq!(g.order.values().to_vec(), vec![0, 1, 2]);
+    }
+
+    #[test]
     fn candidates_parse() {
         let c = parse_candidates("days(event_time), region, bucket(16, id)").unwrap();
         let names: Vec<&str> = c.iter().map(|c| c.name.as_str()).collect();
