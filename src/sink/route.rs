@@ -24,7 +24,7 @@ use super::evolve::narrow_integers;
 use super::table_sink::{Candidate, TableSink, Unwritten, spec_for};
 use crate::catalog::schema::{iceberg_schema, partition_field};
 use crate::checkpoint::PendingCommit;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, joined};
 use crate::sql::Options;
 
 /// The column the routed query adds with each row's route value.
@@ -225,10 +225,7 @@ async fn close_unwritten(unwritten: Vec<(String, Unwritten)>) -> Result<ClosedFi
         .collect();
     let mut closed = Vec::new();
     for c in closers {
-        closed.extend(
-            c.await
-                .map_err(|e| Error::Internal(format!("closing tables' files: {e}")))??,
-        );
+        closed.extend(joined(c, "closing tables' files").await?);
     }
     Ok(closed)
 }
@@ -367,10 +364,7 @@ impl RoutedSink {
         let Some(closing) = self.closing.take() else {
             return Ok(());
         };
-        let closed = closing
-            .task
-            .await
-            .map_err(|e| Error::Internal(format!("writing out gathered rows: {e}")))??;
+        let closed = joined(closing.task, "writing out gathered rows").await?;
         for (name, files) in closed {
             if let Some(sink) = self.tables.get_mut(&name) {
                 sink.add_closed(files);

@@ -22,7 +22,7 @@ use super::watermark::WatermarkTracker;
 use crate::catalog::commit::Committer;
 use crate::checkpoint::{CheckpointRecord, StateStore, commit_all};
 use crate::connector::{Offsets, Poll, SourceReader};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result, joined};
 use crate::sink::dead_letter::{self, DeadLetter};
 use crate::sink::route::{RouteOptions, RoutedSink};
 use crate::sink::table_sink::TableSink;
@@ -693,10 +693,7 @@ impl<'a> Runner<'a> {
         let Some(c) = self.committing.take() else {
             return Ok(());
         };
-        let committed = c
-            .task
-            .await
-            .map_err(|e| Error::Internal(format!("checkpoint commit task: {e}")))??;
+        let committed = joined(c.task, "checkpoint commit task").await?;
         let commit_ms = c.commits.elapsed().as_millis() as u64;
         let in_commit = |t: &TableSink| {
             let ident = t.table().identifier();
