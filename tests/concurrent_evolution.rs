@@ -26,23 +26,72 @@ fn batch(columns: &[(&str, Vec<&str>)], ids: Vec<i64>) -> RecordBatch {
     RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).unwrap()
 }
 
+/// A session on a lake (in a folder of its own) whose table `c.t` (`id BIGINT`) has one row.
+struct Lake {
+    _dir: tempfile::TempDir,
+    session: floe::Session,
+    handle: floe::catalog::CatalogHandle,
+    base: iceberg::table::Table,
+}
+
+impl Lake {
+    async fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let session = lake_session(
+            dir.path(),
+            "CREATE SCHEMA lake.c; CREATE TABLE lake.c.t (id BIGINT);
+             INSERT INTO lake.c.t VALUES (0);",
+        )
+        .await;
+        let handle = session.catalogs()["lake"].clone();
+        let ident = TableIdent::new(NamespaceIdent::new("c".into()), "t".into());
+        let base = handle.catalog.load_table(&ident).await.unwrap();
+        Self {
+            _dir: dir,
+            session,
+            handle,
+            base,
+        }
+    }
+
+    /// A writer of `c.t` as the lake began, evolving its schema.
+    fn sink(&self) -> TableSink {
+        TableSink::new(
+            "lake",
+            &self.handle.catalog,
+            self.base.clone(),
+            true,
+            Vec::new(),
+        )
+    }
+
+    /// Commit `pending` as `job`'s checkpoint `checkpoint`.
+    async fn commit(
+        &self,
+        pending: &floe::checkpoint::PendingCommit,
+        job: &str,
+        checkpoint: u64,
+    ) -> Option<iceberg::table::Table> {
+        let committer = self.handle.committer.as_deref();
+        commit_once(
+            &self.handle.catalog,
+            committer,
+            pending,
+            job,
+            checkpoint,
+            None,
+        )
+        .await
+        .unwrap()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_second_commit_merges_the_schemas_and_rewrites_its_files() {
-    let dir = tempfile::tempdir().unwrap();
-    let session = lake_session(
-        dir.path(),
-        "CREATE SCHEMA lake.c; CREATE TABLE lake.c.t (id BIGINT);
-         INSERT INTO lake.c.t VALUES (0);",
-    )
-    .await;
-    let handle = session.catalogs()["lake"].clone();
-    let committer = handle.committer.clone();
-    let ident = TableIdent::new(NamespaceIdent::new("c".into()), "t".into());
-    let base = handle.catalog.load_table(&ident).await.unwrap();
+    let lake = Lake::new().await;
 
     // Both writers start from the same table; each adds its own column (the same field id).
-    let sink = || TableSink::new("lake", &handle.catalog, base.clone(), true, Vec::new());
-    let (mut a, mut b) = (sink(), sink());
+    let (mut a, mut b) = (lake.sink(), lake.sink());
     let wrote = a
         .write(batch(&[("from_a", vec!["a1", "a2"])], vec![1, 2]))
         .await
@@ -59,16 +108,14 @@ async fn the_second_commit_merges_the_schemas_and_rewrites_its_files() {
     let pending_a = a.close().await.unwrap().unwrap();
     let pending_b = b.close().await.unwrap().unwrap();
 
-    let commit =
-        |pending, job| commit_once(&handle.catalog, committer.as_deref(), pending, job, 1, None);
-    assert!(commit(&pending_a, "a").await.unwrap().is_some());
+    assert!(lake.commit(&pending_a, "a", 1).await.is_some());
     // B's schema was derived from the old one: merged, its file rewritten with new ids.
-    assert!(commit(&pending_b, "b").await.unwrap().is_some());
+    assert!(lake.commit(&pending_b, "b", 1).await.is_some());
     // Idempotent: B's checkpoint is in the table now.
-    assert!(commit(&pending_b, "b").await.unwrap().is_none());
+    assert!(lake.commit(&pending_b, "b", 1).await.is_none());
 
     assert_eq!(
-        rows(&session, "SELECT * FROM lake.c.t ORDER BY id").await,
+        rows(&lake.session, "SELECT * FROM lake.c.t ORDER BY id").await,
         "\
 +----+--------+--------+--------+
 | id | from_a | shared | from_b |
@@ -80,7 +127,11 @@ async fn the_second_commit_merges_the_schemas_and_rewrites_its_files() {
 +----+--------+--------+--------+"
     );
     // The rewritten file replaced B's original, which no snapshot references.
-    let files = rows(&session, "SELECT count(*) AS n FROM lake.c.\"t$files\"").await;
+    let files = rows(
+        &lake.session,
+        "SELECT count(*) AS n FROM lake.c.\"t$files\"",
+    )
+    .await;
     assert!(files.contains("| 3 |"), "{files}");
 }
 
@@ -89,19 +140,8 @@ async fn the_second_commit_merges_the_schemas_and_rewrites_its_files() {
 /// written again for the committed one, and commit with the next checkpoint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_written_during_a_merged_commit_are_rewritten_for_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let session = lake_session(
-        dir.path(),
-        "CREATE SCHEMA lake.c; CREATE TABLE lake.c.t (id BIGINT);
-         INSERT INTO lake.c.t VALUES (0);",
-    )
-    .await;
-    let handle = session.catalogs()["lake"].clone();
-    let committer = handle.committer.clone();
-    let ident = TableIdent::new(NamespaceIdent::new("c".into()), "t".into());
-    let base = handle.catalog.load_table(&ident).await.unwrap();
-    let sink = || TableSink::new("lake", &handle.catalog, base.clone(), true, Vec::new());
-    let (mut a, mut b) = (sink(), sink());
+    let lake = Lake::new().await;
+    let (mut a, mut b) = (lake.sink(), lake.sink());
     a.write(batch(&[("from_a", vec!["a1"])], vec![1]))
         .await
         .unwrap()
@@ -117,27 +157,17 @@ async fn rows_written_during_a_merged_commit_are_rewritten_for_it() {
         .await
         .unwrap()
         .unwrap();
-    let commit = |pending, job, checkpoint| {
-        commit_once(
-            &handle.catalog,
-            committer.as_deref(),
-            pending,
-            job,
-            checkpoint,
-            None,
-        )
-    };
-    assert!(commit(&pending_a, "a", 1).await.unwrap().is_some());
-    let committed = commit(&pending_b, "b", 1).await.unwrap().unwrap();
+    assert!(lake.commit(&pending_a, "a", 1).await.is_some());
+    let committed = lake.commit(&pending_b, "b", 1).await.unwrap();
     b.after_commit(Some(&committed)).await.unwrap();
     b.write(batch(&[("from_b", vec!["b4"])], vec![4]))
         .await
         .unwrap()
         .unwrap();
     let pending = b.close().await.unwrap().unwrap();
-    assert!(commit(&pending, "b", 2).await.unwrap().is_some());
+    assert!(lake.commit(&pending, "b", 2).await.is_some());
     assert_eq!(
-        rows(&session, "SELECT * FROM lake.c.t ORDER BY id").await,
+        rows(&lake.session, "SELECT * FROM lake.c.t ORDER BY id").await,
         "\
 +----+--------+--------+
 | id | from_a | from_b |
