@@ -85,6 +85,17 @@ impl Options {
         }
     }
 
+    /// Remove `key` and parse it as a memory size in bytes (`64mb`, `512 KiB`, `1g`; units
+    /// are powers of 1,024, as Flink's; bare numbers are bytes).
+    pub fn take_size(&mut self, key: &str) -> Result<Option<u64>> {
+        match self.take_str(key) {
+            None => Ok(None),
+            Some(v) => parse_size(&v)
+                .map(Some)
+                .map_err(|e| Error::Option(format!("option '{key}': {e}"))),
+        }
+    }
+
     /// Remove every key that starts with `prefix`, returned without the prefix.
     pub fn take_prefixed(&mut self, prefix: &str) -> BTreeMap<String, String> {
         self.known.push(format!("{prefix}*"));
@@ -172,6 +183,26 @@ pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// A memory size in bytes: a whole number and a unit (`b`, `k`/`kb`/`kib`, `m`/`mb`/`mib`,
+/// `g`/`gb`/`gib`, case-insensitive; none is bytes).
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (try '64mb' or '512kb')"))?;
+    let shift = match unit.trim() {
+        "" | "b" | "bytes" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        other => return Err(format!("unknown unit '{other}' in size '{s}'")),
+    };
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("size '{s}' is too large"))
+}
+
 /// The known key nearest to `key` by edit distance, when near enough to be a typo.
 fn closest<'a>(key: &str, known: &'a [String]) -> Option<&'a str> {
     known
@@ -217,6 +248,25 @@ mod tests {
         assert!(
             err.contains("'warehous' (did you mean 'warehouse'?)"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn sizes_parse_in_powers_of_1024() {
+        assert_eq!(parse_size("64mb"), Ok(64 << 20));
+        assert_eq!(parse_size("512 KiB"), Ok(512 << 10));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("100"), Ok(100));
+        assert!(
+            parse_size("64 parsecs")
+                .unwrap_err()
+                .contains("unknown unit")
+        );
+        assert!(parse_size("mb").unwrap_err().contains("not a size"));
+        assert!(
+            parse_size("99999999999g")
+                .unwrap_err()
+                .contains("too large")
         );
     }
 
