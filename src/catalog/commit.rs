@@ -48,6 +48,10 @@ pub fn staged(
     schema: Option<Schema>,
     spec: Option<UnboundPartitionSpec>,
 ) -> Result<Table> {
+    if schema.is_none() && spec.is_none() {
+        // (A table built anew costs a metadata cache of its own, a few KiB.)
+        return Ok(base.clone());
+    }
     let metadata = evolve(base, schema, spec)?;
     let mut builder = Table::builder()
         .metadata(metadata)
