@@ -5,7 +5,7 @@
 //! cargo bench --bench routing                        # sustained, 3 checkpoints each
 //! FLOE_BENCH_CHECKPOINTS=5 cargo bench --bench routing
 //! FLOE_BENCH_ROWS=10000000 cargo bench --bench routing   # bounded runs, end to end
-//! FLOE_BENCH_INTERVAL=1h FLOE_BENCH_WITH="WITH ('route.max-open-tables' = '100')" ...
+//! FLOE_BENCH_INTERVAL=1h FLOE_BENCH_WITH="WITH ('route.max-open-files' = '100')" ...
 //! ```
 //!
 //! The same generated order stream is routed once to a single table and once to 1,000 (by

@@ -37,13 +37,32 @@ impl StorageFactory for LocalStorageFactory {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct LocalStorage;
 
-/// Run `f` on the blocking pool. `LocalFsStorage`'s futures never wait on anything but the
-/// file system, so they are driven to completion right there.
+thread_local! {
+    /// This thread is a blocking one whose file system calls run right here.
+    static INLINE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `f` (on a thread of the blocking pool, doing one thing at a time) with the file
+/// system calls it makes run on this thread rather than on another of the pool: fewer
+/// threads, each of which keeps allocator memory of its own.
+pub fn with_inline_io<T>(f: impl FnOnce() -> T) -> T {
+    let before = INLINE.replace(true);
+    let out = f();
+    INLINE.set(before);
+    out
+}
+
+/// Run `f` on the blocking pool (or right here, see [`with_inline_io`]). `LocalFsStorage`'s
+/// futures never wait on anything but the file system, so they are driven to completion
+/// right there.
 async fn blocking<T, F>(f: F) -> Result<T>
 where
     T: Send + 'static,
     F: FnOnce() -> Result<T> + Send + 'static,
 {
+    if INLINE.get() {
+        return f();
+    }
     tokio::task::spawn_blocking(f).await.map_err(|e| {
         Error::new(
             ErrorKind::Unexpected,

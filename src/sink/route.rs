@@ -16,12 +16,12 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::datatypes::{DataType, Schema as ArrowSchema};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser as SqlParser;
-use iceberg::spec::DataFile;
 use iceberg::table::Table;
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
 
 use super::evolve::narrow_integers;
-use super::table_sink::{Candidate, TableSink, Unwritten, spec_for};
+use super::table_sink::{Candidate, TableSink, Unwritten, Written, spec_for};
+use crate::catalog::local_storage::with_inline_io;
 use crate::catalog::schema::{iceberg_schema, partition_field};
 use crate::checkpoint::PendingCommit;
 use crate::error::{Error, Result, joined};
@@ -38,9 +38,11 @@ pub struct RouteOptions {
     pub table_properties: BTreeMap<String, String>,
     pub dead_letter_table: String,
     pub max_tables: usize,
-    /// Tables whose Parquet writers stay open at once; the least recently written are closed
-    /// first.
-    pub max_open_tables: usize,
+    /// Data files open at once (one per table and partition written since the last
+    /// checkpoint); beyond it the least recently written tables' files are closed.
+    pub max_open_files: usize,
+    /// Routed rows gathered for the tables' next row groups, in bytes (see [`BUFFER_SIZE`]).
+    pub buffer_size: usize,
     /// Match top-level columns to tables' ignoring ASCII case.
     pub case_insensitive: bool,
     /// `'json.infer.integers' = 'int'`: inferred integers are ints until a value needs a long.
@@ -84,7 +86,16 @@ impl RouteOptions {
             .take_str("dead-letter.table")
             .unwrap_or_else(|| crate::sink::dead_letter::DEAD_LETTER_TABLE.to_string());
         let max_tables = positive(&mut options, "route.max-tables", 10_000)?;
-        let max_open_tables = positive(&mut options, "route.max-open-tables", 100)?;
+        let max_open_files = positive(&mut options, "route.max-open-files", 1_000)?;
+        let buffer_size = match options.take_size("route.buffer-size")? {
+            None => BUFFER_SIZE,
+            Some(0) => {
+                return Err(Error::Option(
+                    "'route.buffer-size' must be more than 0 bytes".into(),
+                ));
+            }
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        };
         let cache_max_size = positive(&mut options, "table-cache.max-size", 1_000)?;
         let cache_refresh = options
             .take_duration("table-cache.refresh-interval")?
@@ -96,7 +107,8 @@ impl RouteOptions {
             table_properties,
             dead_letter_table,
             max_tables,
-            max_open_tables,
+            max_open_files,
+            buffer_size,
             case_insensitive,
             int_integers,
             cache_max_size,
@@ -174,31 +186,35 @@ pub struct RoutedSink {
     /// When each table was last written (a counter), to close the least recent.
     last_write: HashMap<String, u64>,
     writes: u64,
-    /// Bytes of rows the tables gather for their writers, all tables together.
-    buffered: usize,
+    /// Routed batches some table still gathers rows of (tables gather slices of them), the
+    /// oldest first: sequence number and bytes. Together, the job's gathered rows.
+    routed: std::collections::VecDeque<(u64, usize)>,
+    /// Bytes of `routed`.
+    routed_bytes: usize,
+    /// The next routed batch's sequence number.
+    seq: u64,
+    /// Tables gathering rows, with the oldest routed batch they hold rows of.
+    holds: HashMap<String, u64>,
     /// The routed rows' schema, one allocation shared by every batch that has it (a table
     /// recognises rows it took before by it, see [`TableSink::write`]).
     schema: Option<SchemaRef>,
-    /// Batches routed since the tables last compacted their gathered slices.
-    uncompacted: usize,
     /// Gatherings being written out as files on the blocking pool (see `bound_buffers`).
     closing: Option<Closing>,
 }
 
-/// Files closed per table, with their partition spec id.
-type ClosedFiles = Vec<(String, Vec<(i32, DataFile)>)>;
+/// What writing gave back, per table.
+type WrittenTables = Vec<(String, Written)>;
 
-/// Tables' gathered rows being written and their files closed in the background.
+/// Tables' gathered rows being written (and files closed) in the background.
 struct Closing {
     tables: std::collections::HashSet<String>,
-    task: tokio::task::JoinHandle<Result<ClosedFiles>>,
+    task: tokio::task::JoinHandle<Result<WrittenTables>>,
 }
 
-/// Write and close `unwritten` (per table) on the blocking pool, on a few threads per core,
-/// each taking the next table when done (few threads: each keeps the memory its work
-/// allocated for its next work, rather than every thread of the pool keeping some). The
-/// files per table.
-async fn close_unwritten(unwritten: Vec<(String, Unwritten)>) -> Result<ClosedFiles> {
+/// Write `unwritten` (per table) on the blocking pool, on a few threads per core, each
+/// taking the next table when done (few threads: each keeps the memory its work allocated
+/// for its next work, rather than every thread of the pool keeping some).
+async fn write_unwritten(unwritten: Vec<(String, Unwritten)>) -> Result<WrittenTables> {
     if unwritten.is_empty() {
         return Ok(Vec::new());
     }
@@ -218,28 +234,29 @@ async fn close_unwritten(unwritten: Vec<(String, Unwritten)>) -> Result<ClosedFi
                     let Some((name, u)) = next else {
                         return Ok::<_, Error>(closed);
                     };
-                    closed.push((name, runtime.block_on(u.close())?));
+                    closed.push((name, with_inline_io(|| runtime.block_on(u.write()))?));
                 }
             })
         })
         .collect();
     let mut closed = Vec::new();
     for c in closers {
-        closed.extend(joined(c, "closing tables' files").await?);
+        closed.extend(joined(c, "writing tables' files").await?);
     }
     Ok(closed)
 }
 
-/// Routed batches after which every table copies the slices it gathered into one batch of its
-/// own, so that slices of a table that gets few rows do not keep whole batches alive.
-const COMPACT_EVERY: usize = 2;
+/// By default (`route.buffer-size`): beyond this many bytes of routed batches whose rows
+/// tables gather (as slices of them), every table's gathering becomes a row group of its
+/// table's open files, in the background; the next time waits for that. So rows gathered
+/// and rows being written take at most twice this. (Rows are gathered in Arrow rather than in row groups under way: a
+/// row group being written costs about a MiB per table in encoders and compression contexts
+/// however few rows it holds.)
+const BUFFER_SIZE: usize = 128 << 20;
 
-/// Rows gathered for writers across all tables are written out, largest first, beyond this
-/// (the gatherings hold more than that in allocations):
-/// each such table's gathering becomes a file. (An open Parquet writer costs about a MiB per
-/// table in encoders and compression contexts however few rows it holds, so a table's writer
-/// opens only once it has a row group's worth of rows, see [`TableSink::write`].)
-const BUFFER_BYTES: usize = 128 << 20;
+/// A table's gathered rows become a row group of its file at this size (in Arrow), or at a
+/// quarter of `route.buffer-size` if less.
+const ROW_GROUP_BYTES: usize = 32 << 20;
 
 /// Tables opened or created at once when a poll names several new ones.
 const PARALLEL_OPENS: usize = 8;
@@ -259,9 +276,11 @@ impl RoutedSink {
             tables: HashMap::new(),
             last_write: HashMap::new(),
             writes: 0,
-            buffered: 0,
+            routed: Default::default(),
+            routed_bytes: 0,
+            seq: 0,
+            holds: HashMap::new(),
             schema: None,
-            uncompacted: 0,
             closing: None,
         }
     }
@@ -280,61 +299,64 @@ impl RoutedSink {
         }
     }
 
-    /// Every [`COMPACT_EVERY`] batches, tables copy their gathered slices into batches of
-    /// their own (releasing the routed batches the slices are part of).
-    fn compact(&mut self) -> Result<()> {
-        self.uncompacted += 1;
-        if self.uncompacted < COMPACT_EVERY {
-            return Ok(());
+    /// Forget the routed batches no table gathers rows of any more.
+    fn release(&mut self) {
+        let oldest = self.holds.values().min().copied().unwrap_or(u64::MAX);
+        while let Some(&(seq, bytes)) = self.routed.front() {
+            if seq >= oldest {
+                break;
+            }
+            self.routed.pop_front();
+            self.routed_bytes -= bytes;
         }
-        self.uncompacted = 0;
-        let mut buffered = 0;
-        for t in self.tables.values_mut() {
-            t.compact()?;
-            buffered += t.buffered_bytes();
-        }
-        self.buffered = buffered;
-        Ok(())
     }
 
-    /// Keep the job's memory bounded. Beyond `route.max-open-tables` tables with an open
-    /// Parquet writer (about a MiB each, however few rows it holds), the least recently
-    /// written tables' files are closed, down to seven eighths of the cap; beyond
-    /// [`BUFFER_BYTES`] of rows gathered, the largest gatherings are written out, down to
-    /// half. Both on the blocking pool while the job goes on (the next time waits for it).
+    /// Keep the job's memory bounded: a table's gathering of [`ROW_GROUP_BYTES`] becomes a
+    /// row group of its open files; beyond `route.buffer-size` of routed batches gathered,
+    /// every table's gathering does; beyond `route.max-open-files`, the least recently
+    /// written tables' files are closed, down to seven eighths of the cap. All on the
+    /// blocking pool while the job goes on (the next time waits for it).
     async fn bound(&mut self) -> Result<()> {
+        self.release();
         if self.closing.as_ref().is_some_and(|c| c.task.is_finished()) {
             self.finish_closing().await?;
         }
-        let mut victims: Vec<String> = Vec::new();
-        let mut open: Vec<(u64, &String)> = self
+        // Per table: whether to close its files.
+        let mut victims: HashMap<String, bool> = HashMap::new();
+        let mut open: Vec<(u64, usize, &String)> = self
             .tables
             .iter()
-            .filter(|(_, t)| t.has_writer())
-            .map(|(n, _)| (self.last_write.get(n).copied().unwrap_or(0), n))
+            .map(|(n, t)| {
+                (
+                    self.last_write.get(n).copied().unwrap_or(0),
+                    t.open_files(),
+                    n,
+                )
+            })
+            .filter(|(_, files, _)| *files > 0)
             .collect();
-        let cap = self.options.max_open_tables;
-        if open.len() > cap {
+        let cap = self.options.max_open_files;
+        let mut files: usize = open.iter().map(|(_, f, _)| f).sum();
+        if files > cap {
             open.sort_unstable();
             let keep = (cap - cap / 8).max(1);
-            victims.extend(open[..open.len() - keep].iter().map(|(_, n)| (*n).clone()));
-        }
-        let mut left = self.buffered;
-        if left > BUFFER_BYTES {
-            let mut by_size: Vec<(usize, &String)> = self
-                .tables
-                .iter()
-                .filter(|(_, t)| t.buffered_bytes() > 0)
-                .map(|(n, t)| (t.buffered_bytes(), n))
-                .collect();
-            by_size.sort_unstable_by(|a, b| b.cmp(a));
-            for (size, name) in by_size {
-                if left <= BUFFER_BYTES / 2 {
+            for (_, f, name) in open {
+                if files <= keep {
                     break;
                 }
-                left -= size;
-                if !victims.contains(name) {
-                    victims.push(name.clone());
+                files -= f;
+                victims.insert(name.clone(), true);
+            }
+        }
+        let buffer = self.options.buffer_size;
+        if self.routed_bytes > buffer {
+            for name in self.holds.keys() {
+                victims.entry(name.clone()).or_insert(false);
+            }
+        } else {
+            for (name, t) in &self.tables {
+                if t.buffered_bytes() >= ROW_GROUP_BYTES.min(buffer / 4) {
+                    victims.entry(name.clone()).or_insert(false);
                 }
             }
         }
@@ -343,18 +365,19 @@ impl RoutedSink {
         }
         self.finish_closing().await?;
         let mut unwritten = Vec::new();
-        for name in victims {
+        for (name, close) in victims {
+            self.holds.remove(&name);
             let Some(sink) = self.tables.get_mut(&name) else {
                 continue;
             };
-            self.buffered = self.buffered.saturating_sub(sink.buffered_bytes());
-            if let Some(u) = sink.take_unwritten()? {
+            if let Some(u) = sink.take_unwritten(close)? {
                 unwritten.push((name, u));
             }
         }
+        self.release();
         self.closing = Some(Closing {
             tables: unwritten.iter().map(|(n, _)| n.clone()).collect(),
-            task: tokio::spawn(close_unwritten(unwritten)),
+            task: tokio::spawn(write_unwritten(unwritten)),
         });
         Ok(())
     }
@@ -364,10 +387,15 @@ impl RoutedSink {
         let Some(closing) = self.closing.take() else {
             return Ok(());
         };
-        let closed = joined(closing.task, "writing out gathered rows").await?;
-        for (name, files) in closed {
+        let written = joined(closing.task, "writing out gathered rows").await?;
+        self.give_back(written).await
+    }
+
+    /// What writing gave back, to each table's sink.
+    async fn give_back(&mut self, written: WrittenTables) -> Result<()> {
+        for (name, w) in written {
             if let Some(sink) = self.tables.get_mut(&name) {
-                sink.add_closed(files);
+                sink.give_back(w).await?;
             }
         }
         Ok(())
@@ -401,6 +429,10 @@ impl RoutedSink {
             take_record_batch(&data, &groups.order)
                 .map_err(|e| Error::Internal(format!("grouping rows by route: {e}")))?
         };
+        let seq = self.seq;
+        self.seq += 1;
+        self.routed.push_back((seq, sorted.get_array_memory_size()));
+        self.routed_bytes += sorted.get_array_memory_size();
         let mut rejected = Vec::new();
         if groups.unroutable > 0 {
             let start = sorted.num_rows() - groups.unroutable;
@@ -476,9 +508,10 @@ impl RoutedSink {
             let Some(sink) = self.tables.get_mut(&name) else {
                 continue;
             };
-            let before = sink.buffered_bytes();
             let result = sink.write(rows.clone()).await?;
-            self.buffered = (self.buffered + sink.buffered_bytes()).saturating_sub(before);
+            if sink.buffered_bytes() > 0 {
+                self.holds.entry(name.clone()).or_insert(seq);
+            }
             match result {
                 Ok(n) => written += n,
                 Err(reason) => rejected.push(Rejected {
@@ -488,7 +521,6 @@ impl RoutedSink {
                 }),
             }
         }
-        self.compact()?;
         self.bound().await?;
         Ok((written, rejected))
     }
@@ -535,6 +567,7 @@ impl Opener {
             self.options.evolve,
             self.options.candidates.clone(),
         )
+        .deferred()
         .with_case_insensitive(self.options.case_insensitive))
     }
 }
@@ -547,20 +580,18 @@ impl RoutedSink {
         self.finish_closing().await?;
         let mut unwritten = Vec::new();
         for (name, sink) in &mut self.tables {
-            if let Some(u) = sink.take_unwritten()? {
+            if let Some(u) = sink.take_unwritten(true)? {
                 unwritten.push((name.clone(), u));
             }
         }
-        for (name, files) in close_unwritten(unwritten).await? {
-            if let Some(sink) = self.tables.get_mut(&name) {
-                sink.add_closed(files);
-            }
-        }
+        let written = write_unwritten(unwritten).await?;
+        self.give_back(written).await?;
         let mut out = Vec::new();
         for sink in self.tables.values_mut() {
             out.extend(sink.close().await?);
         }
-        self.buffered = 0;
+        self.holds.clear();
+        self.release();
         Ok(out)
     }
 

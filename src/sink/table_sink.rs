@@ -99,6 +99,13 @@ pub struct TableSink {
     schema: Option<Schema>,
     spec: Option<UnboundPartitionSpec>,
     writer: Option<TableWriter>,
+    /// The writer is out, writing a row group elsewhere (see [`Self::take_unwritten`]); it
+    /// comes back with [`Self::give_back`].
+    lent: bool,
+    /// Rows are gathered until the caller takes them to write as a row group of the open
+    /// files (routed sinks, see [`Self::deferred`]); otherwise they go to the writer every
+    /// [`WRITE_ROWS`] rows, its row groups as large as the table's properties say.
+    deferred: bool,
     /// Files closed earlier in this checkpoint, with their spec (before a change).
     closed: Vec<(i32, DataFile)>,
     rows: u64,
@@ -113,11 +120,9 @@ pub struct TableSink {
     arrow: Option<(iceberg::spec::SchemaRef, SchemaRef)>,
     /// Rows accepted (conformed to the staged schema) but not yet handed to the writer:
     /// routed slices of a few rows each are gathered so the Parquet writer sees batches of
-    /// [`WRITE_ROWS`] (its cost is per batch and column as much as per row). `recent` are
-    /// slices of the batches they came in, `pending` batches of their own (see
-    /// [`Self::compact`]).
+    /// [`WRITE_ROWS`] (its cost is per batch and column as much as per row), or taken by
+    /// the caller (deferred). Often slices of the batches they came in.
     pending: Vec<RecordBatch>,
-    recent: Vec<RecordBatch>,
     pending_rows: usize,
     pending_bytes: usize,
     /// A batch schema whose rows fit the staged schema (the second) whatever their values:
@@ -125,8 +130,9 @@ pub struct TableSink {
     fits: Option<(SchemaRef, iceberg::spec::SchemaRef)>,
 }
 
-/// A table's gathered rows and open files, out of its sink: writing and closing them is the
-/// bulk of a checkpoint's work for many tables, done for several tables at once elsewhere.
+/// A table's gathered rows and open files, out of its sink: writing them (and closing the
+/// files) is the bulk of a job's work for many tables, done for several tables at once
+/// elsewhere.
 pub struct Unwritten {
     writer: Option<TableWriter>,
     rows: Vec<RecordBatch>,
@@ -134,25 +140,49 @@ pub struct Unwritten {
     schema: SchemaRef,
     /// The table the files are written for.
     staged: Table,
+    /// Close the files after writing the rows (else they stay open for more row groups).
+    close: bool,
+    /// New writers write a row group per write (see [`TableSink::deferred`]).
+    deferred: bool,
+}
+
+/// What writing an [`Unwritten`] gives back to its sink.
+pub struct Written {
+    /// The files closed, with their partition spec id.
+    files: Vec<(i32, DataFile)>,
+    /// The writer, files still open, when they were not to be closed.
+    writer: Option<(TableWriter, Table)>,
 }
 
 impl Unwritten {
-    /// Write the rows and close the files: the files, with their partition spec id.
-    pub async fn close(self) -> Result<Vec<(i32, DataFile)>> {
+    /// Write the rows (one row group per file for a deferred sink's), and close the files
+    /// if asked to.
+    pub async fn write(self) -> Result<Written> {
         let mut writer = match self.writer {
             Some(w) => w,
+            None if self.deferred => TableWriter::row_group_per_write(&self.staged)?,
             None => TableWriter::try_new(&self.staged)?,
         };
         if !self.rows.is_empty() {
             writer.write(concat(&self.schema, self.rows)?).await?;
         }
+        if !self.close {
+            return Ok(Written {
+                files: Vec::new(),
+                writer: Some((writer, self.staged)),
+            });
+        }
         let spec_id = self.staged.metadata().default_partition_spec_id();
-        Ok(writer
+        let files = writer
             .close()
             .await?
             .into_iter()
             .map(|f| (spec_id, f))
-            .collect())
+            .collect();
+        Ok(Written {
+            files,
+            writer: None,
+        })
     }
 }
 
@@ -176,6 +206,8 @@ impl TableSink {
             schema: None,
             spec: None,
             writer: None,
+            lent: false,
+            deferred: false,
             closed: Vec::new(),
             rows: 0,
             evolve,
@@ -184,11 +216,20 @@ impl TableSink {
             loaded: Instant::now(),
             arrow: None,
             pending: Vec::new(),
-            recent: Vec::new(),
             pending_rows: 0,
             pending_bytes: 0,
             fits: None,
         }
+    }
+
+    /// Gather rows until the caller takes them ([`Self::take_unwritten`]) to write as a row
+    /// group of the table's open files: the caller chooses row groups' sizes, and files stay
+    /// open between row groups at the cost of the open files only (a job writing many
+    /// tables writes one file per table and partition per checkpoint, however little memory
+    /// it gives each table's rows).
+    pub fn deferred(mut self) -> Self {
+        self.deferred = true;
+        self
     }
 
     /// Match top-level columns to the table's ignoring ASCII case.
@@ -254,8 +295,8 @@ impl TableSink {
         self.rows += n as u64;
         self.pending_rows += n;
         self.pending_bytes += slice_bytes(&rows);
-        self.recent.push(rows);
-        if self.pending_rows >= WRITE_ROWS {
+        self.pending.push(rows);
+        if !self.deferred && self.pending_rows >= WRITE_ROWS {
             self.flush().await?;
         }
         Ok(Ok(n as u64))
@@ -320,25 +361,9 @@ impl TableSink {
         self.pending_bytes
     }
 
-    /// Copy the gathered slices into one batch of this table's own: the batches they are
-    /// slices of can go.
-    pub fn compact(&mut self) -> Result<()> {
-        if self.recent.is_empty() {
-            return Ok(());
-        }
-        let recent = std::mem::take(&mut self.recent);
-        let batch = concat_batches(&self.arrow_schema()?, &recent)
-            .map_err(|e| Error::Internal(format!("compacting gathered rows: {e}")))?;
-        self.pending_bytes =
-            self.pending.iter().map(slice_bytes).sum::<usize>() + slice_bytes(&batch);
-        self.pending.push(batch);
-        Ok(())
-    }
-
     /// The gathered rows, in batches.
     fn take_pending(&mut self) -> Vec<RecordBatch> {
-        let mut pending = std::mem::take(&mut self.pending);
-        pending.append(&mut self.recent);
+        let pending = std::mem::take(&mut self.pending);
         self.pending_rows = 0;
         self.pending_bytes = 0;
         pending
@@ -360,24 +385,49 @@ impl TableSink {
         Ok(())
     }
 
-    /// The rows gathered and the open files, taken out to be written and closed elsewhere
-    /// (see [`Unwritten::close`]; the files come back with [`Self::add_closed`]).
-    pub fn take_unwritten(&mut self) -> Result<Option<Unwritten>> {
+    /// The rows gathered and the open files, taken out to be written elsewhere (see
+    /// [`Unwritten::write`]), and the files closed if `close`; what comes back goes to
+    /// [`Self::give_back`]. Until then the sink gathers the rows that come.
+    pub fn take_unwritten(&mut self, close: bool) -> Result<Option<Unwritten>> {
+        if self.lent && !close {
+            return Err(Error::Internal(
+                "a table's files were taken while out being written".into(),
+            ));
+        }
         let rows = self.take_pending();
-        if rows.is_empty() && self.writer.is_none() {
+        if rows.is_empty() && (self.writer.is_none() || !close) {
             return Ok(None);
         }
+        // (Rows to close while the writer is out, before a schema change, go to files of
+        // their own.)
+        self.lent |= !close;
         Ok(Some(Unwritten {
             writer: self.writer.take(),
             rows,
             schema: self.arrow_schema()?,
             staged: self.staged.clone(),
+            close,
+            deferred: self.deferred,
         }))
     }
 
-    /// Files closed elsewhere, with their partition spec id.
-    pub fn add_closed(&mut self, files: Vec<(i32, DataFile)>) {
-        self.closed.extend(files);
+    /// The files closed and the writer kept open by [`Unwritten::write`]. A writer whose
+    /// files no longer suit the staged table (its schema or spec changed meanwhile) is
+    /// closed: its files are part of the checkpoint as they are.
+    pub async fn give_back(&mut self, written: Written) -> Result<()> {
+        self.lent = false;
+        self.closed.extend(written.files);
+        let Some((writer, staged)) = written.writer else {
+            return Ok(());
+        };
+        if self.writer.is_none() && same_layout(&staged, &self.staged) {
+            self.writer = Some(writer);
+            return Ok(());
+        }
+        let spec_id = staged.metadata().default_partition_spec_id();
+        let files = writer.close().await?;
+        self.closed.extend(files.into_iter().map(|f| (spec_id, f)));
+        Ok(())
     }
 
     /// Move to `schema` (and the spec the candidates give it): close the open files, which
@@ -401,17 +451,20 @@ impl TableSink {
         Ok(())
     }
 
-    /// Whether a Parquet writer (open files) is held.
-    pub fn has_writer(&self) -> bool {
-        self.writer.is_some()
+    /// Files open (out being written counts as open).
+    pub fn open_files(&self) -> usize {
+        match &self.writer {
+            Some(w) => w.open_files(),
+            None => usize::from(self.lent),
+        }
     }
 
     /// Close the open files now (they are committed at the checkpoint); the next rows open
     /// new ones. Bounds how many files a job holds open across many tables.
     pub async fn close_writer(&mut self) -> Result<()> {
-        if let Some(unwritten) = self.take_unwritten()? {
-            let files = unwritten.close().await?;
-            self.add_closed(files);
+        if let Some(unwritten) = self.take_unwritten(true)? {
+            let written = unwritten.write().await?;
+            self.give_back(written).await?;
         }
         Ok(())
     }
@@ -478,13 +531,7 @@ impl TableSink {
             self.spec = None;
             return Ok(());
         };
-        let unchanged = |a: &Table, b: &Table| {
-            let (a, b) = (a.metadata(), b.metadata());
-            a.uuid() == b.uuid()
-                && a.current_schema() == b.current_schema()
-                && a.default_partition_spec() == b.default_partition_spec()
-        };
-        if unchanged(&self.base, &expected) {
+        if same_layout(&self.base, &expected) {
             // The common case: committed as expected; changes since apply on top.
             self.staged = staged(&self.base, self.schema.clone(), self.spec.clone())?;
             return Ok(());
@@ -494,7 +541,6 @@ impl TableSink {
             // of a checkpoint whose table is dropped before its commit are).
             self.writer = None;
             self.pending.clear();
-            self.recent.clear();
             self.closed.clear();
             self.rows = 0;
             self.staged = self.base.clone();
@@ -542,8 +588,8 @@ impl TableSink {
     pub fn is_idle(&self) -> bool {
         self.committing.is_none()
             && self.writer.is_none()
+            && !self.lent
             && self.pending.is_empty()
-            && self.recent.is_empty()
             && self.closed.is_empty()
             && self.schema.is_none()
             && self.spec.is_none()
@@ -553,6 +599,14 @@ impl TableSink {
     pub fn age(&self) -> Duration {
         self.loaded.elapsed()
     }
+}
+
+/// Whether files written for `a` suit `b`: the same table, schema and default spec.
+fn same_layout(a: &Table, b: &Table) -> bool {
+    let (a, b) = (a.metadata(), b.metadata());
+    a.uuid() == b.uuid()
+        && a.current_schema() == b.current_schema()
+        && a.default_partition_spec() == b.default_partition_spec()
 }
 
 /// `batches` as one batch (without a copy when there is one).

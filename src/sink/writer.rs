@@ -5,7 +5,7 @@
 //! data files it wrote. Nothing is visible in the table until the files are committed
 //! (see [`super::commit`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -17,7 +17,7 @@ use datafusion::parquet::basic::{BrotliLevel, Compression, GzipLevel, ZstdLevel}
 use datafusion::parquet::file::properties::WriterProperties;
 use iceberg::arrow::{RecordBatchPartitionSplitter, schema_to_arrow_schema};
 use iceberg::spec::PartitionKey;
-use iceberg::spec::{DataFile, DataFileFormat};
+use iceberg::spec::{DataFile, DataFileFormat, Struct};
 use iceberg::table::Table;
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
 use iceberg::writer::file_writer::ParquetWriterBuilder;
@@ -105,11 +105,28 @@ pub struct TableWriter {
     /// The table's schema as Arrow, with Iceberg field ids in the field metadata.
     schema: SchemaRef,
     rows: u64,
+    /// The partitions written (one open file each).
+    partitions: HashSet<Struct>,
 }
 
 impl TableWriter {
-    /// A writer for `table`'s current schema and default partition spec.
+    /// A writer for `table`'s current schema and default partition spec, whose row groups
+    /// are as large as the table's `write.parquet.row-group-size-bytes` (the rows of a row
+    /// group being written are held encoded, with encoders and compression contexts per
+    /// column).
     pub fn try_new(table: &Table) -> Result<Self> {
+        Self::build(table, false)
+    }
+
+    /// A writer that writes each batch it is given as a row group of its own: between
+    /// writes it holds open files only, none of the encoders of a row group under way
+    /// (about a MiB per table whatever its rows). For callers that gather rows and choose
+    /// the row groups' sizes themselves, as routed sinks writing many tables do.
+    pub fn row_group_per_write(table: &Table) -> Result<Self> {
+        Self::build(table, true)
+    }
+
+    fn build(table: &Table, row_group_per_write: bool) -> Result<Self> {
         let metadata = table.metadata();
         let props = metadata.table_properties()?;
         let format = DataFileFormat::from_str(&props.write_format_default)?;
@@ -121,11 +138,16 @@ impl TableWriter {
             )));
         }
         let iceberg_schema = metadata.current_schema().clone();
-        let parquet = ParquetWriterBuilder::new(
-            writer_properties(metadata.properties())
-                .map_err(|e| Error::Option(format!("table {}: {e}", table.identifier())))?,
-            iceberg_schema.clone(),
-        );
+        let mut properties = writer_properties(metadata.properties())
+            .map_err(|e| Error::Option(format!("table {}: {e}", table.identifier())))?;
+        if row_group_per_write {
+            // A row group is flushed once its encoded size reaches this: after every write.
+            properties = properties
+                .into_builder()
+                .set_max_row_group_bytes(Some(1))
+                .build();
+        }
+        let parquet = ParquetWriterBuilder::new(properties, iceberg_schema.clone());
         let rolling = RollingFileWriterBuilder::new(
             parquet,
             props.write_target_file_size_bytes,
@@ -150,12 +172,18 @@ impl TableWriter {
             inner,
             schema: Arc::new(schema_to_arrow_schema(&iceberg_schema)?),
             rows: 0,
+            partitions: HashSet::new(),
         })
     }
 
     /// Rows written so far.
     pub fn rows(&self) -> u64 {
         self.rows
+    }
+
+    /// Files open: one per partition written.
+    pub fn open_files(&self) -> usize {
+        self.partitions.len().max(1)
     }
 
     /// Write one batch whose columns are the table's columns, in order.
@@ -169,6 +197,9 @@ impl TableWriter {
             Inner::Unpartitioned(w) => w.write(batch).await?,
             Inner::Partitioned { writer, splitter } => {
                 for (key, part) in splitter.split(&batch)? {
+                    if !self.partitions.contains(key.data()) {
+                        self.partitions.insert(key.data().clone());
+                    }
                     writer.write(key, part).await?;
                 }
             }
