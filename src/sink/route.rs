@@ -314,7 +314,8 @@ impl RoutedSink {
     /// Keep the job's memory bounded: a table's gathering of [`ROW_GROUP_BYTES`] becomes a
     /// row group of its open files; beyond `route.buffer-size` of routed batches gathered,
     /// every table's gathering does; beyond `route.max-open-files`, the least recently
-    /// written tables' files are closed, down to seven eighths of the cap. All on the
+    /// written tables' files are closed, down to seven eighths of the cap, and so are the
+    /// files an object store holds most bytes of beyond `route.buffer-size`. All on the
     /// blocking pool while the job goes on (the next time waits for it).
     async fn bound(&mut self) -> Result<()> {
         self.release();
@@ -363,7 +364,9 @@ impl RoutedSink {
         if victims.is_empty() {
             return Ok(());
         }
+        // (The writers are all back: their files' bytes count.)
         self.finish_closing().await?;
+        self.close_holding(&mut victims);
         let mut unwritten = Vec::new();
         for (name, close) in victims {
             self.holds.remove(&name);
@@ -380,6 +383,31 @@ impl RoutedSink {
             task: tokio::spawn(write_unwritten(unwritten)),
         });
         Ok(())
+    }
+
+    /// Object stores hold what is written to a file in memory until a part's worth: beyond
+    /// `route.buffer-size` held, the files holding most are to be closed (uploaded), down to
+    /// half.
+    fn close_holding(&self, victims: &mut HashMap<String, bool>) {
+        let buffer = self.options.buffer_size;
+        let mut held: Vec<(usize, &String)> = self
+            .tables
+            .iter()
+            .map(|(n, t)| (t.held_bytes(), n))
+            .filter(|(b, _)| *b > 0)
+            .collect();
+        let mut holding: usize = held.iter().map(|(b, _)| b).sum();
+        if holding <= buffer {
+            return;
+        }
+        held.sort_unstable_by(|a, b| b.cmp(a));
+        for (b, name) in held {
+            if holding <= buffer / 2 {
+                break;
+            }
+            holding -= b;
+            victims.insert(name.clone(), true);
+        }
     }
 
     /// Wait for the gatherings being written out, and give each table its files.

@@ -451,6 +451,12 @@ impl TableSink {
         Ok(())
     }
 
+    /// About how much memory the storage holds for the open files (see
+    /// [`TableWriter::held_bytes`]).
+    pub fn held_bytes(&self) -> usize {
+        self.writer.as_ref().map_or(0, TableWriter::held_bytes)
+    }
+
     /// Files open (out being written counts as open).
     pub fn open_files(&self) -> usize {
         match &self.writer {

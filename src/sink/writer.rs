@@ -107,7 +107,14 @@ pub struct TableWriter {
     rows: u64,
     /// The partitions written (one open file each).
     partitions: HashSet<Struct>,
+    /// Bytes (in Arrow) written to the open files, when the storage holds what is written to
+    /// a file in memory until a part's worth (object stores), else `None`.
+    held: Option<usize>,
 }
+
+/// What an object store's writer holds in memory per open file at most: S3's multipart
+/// uploads send parts of 5 MiB.
+const OBJECT_STORE_PART: usize = 8 << 20;
 
 impl TableWriter {
     /// A writer for `table`'s current schema and default partition spec, whose row groups
@@ -173,6 +180,7 @@ impl TableWriter {
             schema: Arc::new(schema_to_arrow_schema(&iceberg_schema)?),
             rows: 0,
             partitions: HashSet::new(),
+            held: (!is_local(metadata.location())).then_some(0),
         })
     }
 
@@ -186,6 +194,13 @@ impl TableWriter {
         self.partitions.len().max(1)
     }
 
+    /// About how much memory the storage holds for the open files (object stores upload a
+    /// file in parts, holding each part until it is complete; a local file holds nothing).
+    pub fn held_bytes(&self) -> usize {
+        self.held
+            .map_or(0, |b| b.min(OBJECT_STORE_PART * self.open_files()))
+    }
+
     /// Write one batch whose columns are the table's columns, in order.
     pub async fn write(&mut self, batch: RecordBatch) -> Result<()> {
         if batch.num_rows() == 0 {
@@ -193,6 +208,9 @@ impl TableWriter {
         }
         let batch = self.conform(batch)?;
         self.rows += batch.num_rows() as u64;
+        if let Some(held) = &mut self.held {
+            *held += batch.get_array_memory_size();
+        }
         match &mut self.inner {
             Inner::Unpartitioned(w) => w.write(batch).await?,
             Inner::Partitioned { writer, splitter } => {
@@ -247,6 +265,15 @@ impl TableWriter {
             .collect::<Result<Vec<_>>>()?;
         RecordBatch::try_new(self.schema.clone(), columns)
             .map_err(|e| Error::Plan(format!("rows do not fit the table's schema: {e}")))
+    }
+}
+
+/// Whether a table location is on the local file system.
+fn is_local(location: &str) -> bool {
+    match url::Url::parse(location) {
+        Ok(url) => url.scheme() == "file",
+        // A path without a scheme.
+        Err(_) => true,
     }
 }
 
@@ -373,6 +400,14 @@ mod tests {
         let err =
             writer_properties(&props(&[("write.parquet.page-size-bytes", "-1")])).unwrap_err();
         assert!(err.contains("page-size-bytes"), "{err}");
+    }
+
+    #[test]
+    fn object_store_locations_are_not_local() {
+        assert!(is_local("file:///tmp/wh/ns/t"));
+        assert!(is_local("/tmp/wh/ns/t"));
+        assert!(!is_local("s3://warehouse/ns/t"));
+        assert!(!is_local("gs://b/ns/t"));
     }
 
     #[test]

@@ -140,3 +140,43 @@ def test_routing_with_evolution_on_the_rest_catalog(floe_bin: Path, tmp_path: Pa
     assert len(page_views.specs()) == 2
     total = sum(catalog.load_table(f"{ns}.{n}").scan().to_arrow().num_rows for n in names)
     assert total == ROWS // 4
+
+
+def test_object_store_files_close_beyond_the_buffer(floe_bin: Path, tmp_path: Path, rest_catalog_factory):
+    """On an object store a file's bytes are held in memory until a part's worth is uploaded,
+    so open files count against 'route.buffer-size': with a small buffer, tables get several
+    files in one checkpoint (on a local disk they get one, see tests/many_tables.rs), and
+    every row is there once."""
+    import uuid
+
+    from conftest import rest_catalog_ddl, require_rest_server
+
+    require_rest_server()
+    ns = f"buffered_{uuid.uuid4().hex[:10]}"
+    rows = 600_000  # more than a routed job gathers before routing (262,144)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    script = workdir / "job.sql"
+    script.write_text(
+        rest_catalog_ddl("rest")
+        + f""";
+CREATE SOURCE orders WITH ('connector' = 'datagen', 'profile' = 'orders', 'number-of-rows' = '{rows}');
+SET 'pipeline.name' = 'buffered'; SET 'checkpoint.interval' = '1h';
+INSERT INTO rest.{ns} SELECT * FROM orders ROUTE BY 't' || CAST(order_id % 4 AS VARCHAR)
+WITH ('route.buffer-size' = '64kb');
+"""
+    )
+    run_to_end(floe_bin, workdir, script)
+    catalog = rest_catalog_factory()
+    names = sorted(t[1] for t in catalog.list_tables(ns))
+    assert names == ["t0", "t1", "t2", "t3"], names
+    total = 0
+    for name in names:
+        table = catalog.load_table(f"{ns}.{name}")
+        assert len(table.snapshots()) == 1, name
+        files = list(table.scan().plan_files())
+        assert len(files) > 1, f"{name}: {len(files)} file(s)"
+        ids = table.scan().to_arrow().column("order_id").to_pylist()
+        assert len(ids) == len(set(ids)), name
+        total += len(ids)
+    assert total == rows
