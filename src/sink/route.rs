@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
-use datafusion::arrow::compute::{cast, take_record_batch};
+use datafusion::arrow::compute::{cast, interleave_record_batch, take_record_batch};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::datatypes::{DataType, Schema as ArrowSchema};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
@@ -434,58 +434,73 @@ impl RoutedSink {
         &self.options.dead_letter_table
     }
 
-    /// Route and write `batch` (the query's output with [`ROUTE_COLUMN`]). Returns the rows
-    /// written and the rows rejected.
-    pub async fn write(&mut self, batch: &RecordBatch) -> Result<(u64, Vec<Rejected>)> {
-        let route_at = batch
+    /// Route and write `batches` (the query's output with [`ROUTE_COLUMN`], of one schema).
+    /// Returns the rows written and the rows rejected.
+    pub async fn write(&mut self, batches: &[RecordBatch]) -> Result<(u64, Vec<Rejected>)> {
+        let Some(first) = batches.first() else {
+            return Ok((0, Vec::new()));
+        };
+        let route_at = first
             .schema()
             .index_of(ROUTE_COLUMN)
             .map_err(|_| Error::Internal(format!("routed output lacks {ROUTE_COLUMN}")))?;
-        let keep: Vec<usize> = (0..batch.num_columns())
+        let keep: Vec<usize> = (0..first.num_columns())
             .filter(|&i| i != route_at)
             .collect();
-        let data = batch
-            .project(&keep)
-            .map_err(|e| Error::Internal(format!("dropping the route column: {e}")))?;
-        let data = self.share_schema(data)?;
-        let groups = Groups::of(batch.column(route_at))?;
-        // One gather puts each table's rows next to each other; a table's rows are then a
-        // slice of it (a take per table costs per call as much as per row).
-        let sorted = if groups.is_identity() {
+        let mut data = Vec::with_capacity(batches.len());
+        for b in batches {
+            let projected = b
+                .project(&keep)
+                .map_err(|e| Error::Internal(format!("dropping the route column: {e}")))?;
+            data.push(self.share_schema(projected)?);
+        }
+        let routes: Vec<&dyn Array> = batches
+            .iter()
+            .map(|b| b.column(route_at).as_ref())
+            .collect();
+        let groups = Groups::of(&routes)?;
+        let mut rejected = Vec::new();
+        // Each table's rows, in slices of the routed batches.
+        let mut slices: Vec<(String, RecordBatch)> = Vec::new();
+        let routed = if groups.is_identity() {
+            if let Some(name) = groups.names.first() {
+                slices.extend(data.iter().map(|b| (name.clone(), b.clone())));
+            }
             data
         } else {
-            take_record_batch(&data, &groups.order)
-                .map_err(|e| Error::Internal(format!("grouping rows by route: {e}")))?
+            // One gather puts each table's rows next to each other; a table's rows are then
+            // a slice of it (a take per table costs per call as much as per row).
+            let sorted = groups.gather(&data)?;
+            if groups.unroutable > 0 {
+                let start = sorted.num_rows() - groups.unroutable;
+                rejected.push(Rejected {
+                    rows: sorted.slice(start, groups.unroutable),
+                    reason: "the ROUTE BY value is NULL or empty".to_string(),
+                    table: None,
+                });
+            }
+            let mut start = 0;
+            for (name, &end) in groups.names.iter().zip(&groups.ends) {
+                slices.push((name.clone(), sorted.slice(start, end - start)));
+                start = end;
+            }
+            vec![sorted]
         };
         let seq = self.seq;
         self.seq += 1;
-        self.routed.push_back((seq, sorted.get_array_memory_size()));
-        self.routed_bytes += sorted.get_array_memory_size();
-        let mut rejected = Vec::new();
-        if groups.unroutable > 0 {
-            let start = sorted.num_rows() - groups.unroutable;
-            rejected.push(Rejected {
-                rows: sorted.slice(start, groups.unroutable),
-                reason: "the ROUTE BY value is NULL or empty".to_string(),
-                table: None,
-            });
-        }
-        let mut slices = Vec::with_capacity(groups.names.len());
-        let mut start = 0;
-        for (name, end) in groups.names.into_iter().zip(groups.ends) {
-            let rows = drop_all_null_columns(&sorted.slice(start, end - start))?;
-            start = end;
-            let rows = if self.options.int_integers {
-                narrow_integers(self.tables.get(&name).map(TableSink::schema), &rows)?
-            } else {
-                rows
-            };
-            slices.push((name, rows));
+        let bytes = routed.iter().map(RecordBatch::get_array_memory_size).sum();
+        self.routed.push_back((seq, bytes));
+        self.routed_bytes += bytes;
+        for (name, rows) in &mut slices {
+            *rows = drop_all_null_columns(rows)?;
+            if self.options.int_integers {
+                *rows = narrow_integers(self.tables.get(name).map(TableSink::schema), rows)?;
+            }
         }
         // Tables seen for the first time are opened (or created) several at a time.
-        let mut new = Vec::new();
+        let mut new: Vec<(String, &RecordBatch)> = Vec::new();
         for (name, rows) in &slices {
-            if self.tables.contains_key(name) {
+            if self.tables.contains_key(name) || new.iter().any(|(n, _)| n == name) {
                 continue;
             }
             if self.tables.len() + new.len() < self.options.max_tables {
@@ -684,8 +699,11 @@ impl RoutedSink {
 struct Groups {
     /// The tables, in first-seen order (two route values may name one: `A`, `a`).
     names: Vec<String>,
-    /// Row numbers: each table's rows in turn (in their order), then the unroutable ones.
-    order: UInt32Array,
+    /// Row numbers (across the batches routed): each table's rows in turn (in their order),
+    /// then the unroutable ones.
+    order: Vec<u32>,
+    /// Where each routed batch's rows start in the row numbers.
+    starts: Vec<usize>,
     /// Where each table's rows end in `order`.
     ends: Vec<usize>,
     /// Rows whose route value is NULL or names no table (empty), last in `order`.
@@ -696,18 +714,66 @@ struct Groups {
 const UNROUTABLE: u32 = u32::MAX;
 
 impl Groups {
-    /// Group the rows of `routes` (the route column).
-    fn of(routes: &dyn Array) -> Result<Self> {
-        if let Some(a) = routes.as_string_opt::<i32>() {
-            return Ok(Self::group(a.iter(), a.len()));
+    /// Group the rows of `routes` (the route column of each batch routed, in turn).
+    fn of(routes: &[&dyn Array]) -> Result<Self> {
+        // Text as it comes (Utf8 and Utf8View without a copy), other types cast.
+        let mut cast_ones = Vec::new();
+        for r in routes {
+            if r.as_string_opt::<i32>().is_none() && r.as_string_view_opt().is_none() {
+                cast_ones.push(
+                    cast(*r, &DataType::Utf8)
+                        .map_err(|e| Error::Plan(format!("ROUTE BY value is not text: {e}")))?,
+                );
+            }
         }
-        if let Some(a) = routes.as_string_view_opt() {
-            return Ok(Self::group(a.iter(), a.len()));
+        let mut cast_ones = cast_ones.iter();
+        let texts: Vec<&dyn Array> = routes
+            .iter()
+            .map(|r| {
+                if r.as_string_opt::<i32>().is_some() || r.as_string_view_opt().is_some() {
+                    *r
+                } else {
+                    cast_ones.next().map_or(*r, |c| c.as_ref())
+                }
+            })
+            .collect();
+        let values = texts
+            .iter()
+            .flat_map(|a| -> Box<dyn Iterator<Item = Option<&str>>> {
+                match a.as_string_opt::<i32>() {
+                    Some(s) => Box::new(s.iter()),
+                    None => Box::new(a.as_string_view().iter()),
+                }
+            });
+        let mut starts = Vec::with_capacity(routes.len());
+        let mut len = 0;
+        for r in routes {
+            starts.push(len);
+            len += r.len();
         }
-        let text = cast(routes, &DataType::Utf8)
-            .map_err(|e| Error::Plan(format!("ROUTE BY value is not text: {e}")))?;
-        let text = text.as_string::<i32>();
-        Ok(Self::group(text.iter(), text.len()))
+        let mut groups = Self::group(values, len);
+        groups.starts = starts;
+        Ok(groups)
+    }
+
+    /// The rows of `batches` (those routed) in the order of [`Self::order`].
+    fn gather(&self, batches: &[RecordBatch]) -> Result<RecordBatch> {
+        let gathered = if let [one] = batches {
+            take_record_batch(one, &UInt32Array::from(self.order.clone()))
+        } else {
+            let indices: Vec<(usize, usize)> = self
+                .order
+                .iter()
+                .map(|&row| {
+                    let row = row as usize;
+                    let b = self.starts.partition_point(|&s| s <= row) - 1;
+                    (b, row - self.starts[b])
+                })
+                .collect();
+            let batches: Vec<&RecordBatch> = batches.iter().collect();
+            interleave_record_batch(&batches, &indices)
+        };
+        gathered.map_err(|e| Error::Internal(format!("grouping rows by route: {e}")))
     }
 
     fn group<'a>(routes: impl Iterator<Item = Option<&'a str>>, len: usize) -> Self {
@@ -765,7 +831,8 @@ impl Groups {
         }
         Self {
             names,
-            order: UInt32Array::from(order),
+            order,
+            starts: vec![0],
             ends,
             unroutable,
         }
@@ -810,6 +877,38 @@ mod tests {
     }
 
     #[test]
+    fn rows_of_several_batches_gather_by_table() {
+        use datafusion::arrow::array::{Int64Array, StringArray};
+        let batch = |routes: Vec<Option<&str>>, ids: Vec<i64>| {
+            RecordBatch::try_from_iter(vec![
+                (
+                    "route",
+                    Arc::new(StringArray::from(routes)) as Arc<dyn Array>,
+                ),
+                ("id", Arc::new(Int64Array::from(ids))),
+            ])
+            .unwrap()
+        };
+        let batches = [
+            batch(vec![Some("b"), Some("A"), None], vec![0, 1, 2]),
+            batch(
+                vec![Some("a"), Some("b"), Some(""), Some("a")],
+                vec![3, 4, 5, 6],
+            ),
+        ];
+        let routes: Vec<&dyn Array> = batches.iter().map(|b| b.column(0).as_ref()).collect();
+        let g = Groups::of(&routes).unwrap();
+        assert_eq!(g.names, vec!["b", "a"]);
+        assert_eq!(g.ends, vec![2, 5]);
+        assert_eq!(g.unroutable, 2);
+        let sorted = g.gather(&batches).unwrap();
+        let ids = sorted
+            .column(1)
+            .as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+        assert_eq!(ids.values().to_vec(), vec![0, 4, 1, 3, 6, 2, 5]);
+    }
+
+    #[test]
     fn rows_group_by_table_in_first_seen_order() {
         use datafusion::arrow::array::{StringArray, StringViewArray};
         let values = vec![
@@ -825,18 +924,18 @@ mod tests {
             Arc::new(StringArray::from(values.clone())) as Arc<dyn Array>,
             Arc::new(StringViewArray::from(values.clone())),
         ] {
-            let g = Groups::of(routes.as_ref()).unwrap();
+            let g = Groups::of(&[routes.as_ref()]).unwrap();
             // `A` and `a` name one table; NULL and empty name none and come last.
             assert_eq!(g.names, vec!["b", "a"]);
             assert_eq!(g.ends, vec![2, 5]);
             assert_eq!(g.unroutable, 2);
-            assert_eq!(g.order.values().to_vec(), vec![0, 4, 1, 3, 6, 2, 5]);
+            assert_eq!(g.order, vec![0, 4, 1, 3, 6, 2, 5]);
             assert!(!g.is_identity());
         }
         let one = StringArray::from(vec!["x", "x", "X"]);
-        let g = Groups::of(&one).unwrap();
+        let g = Groups::of(&[&one]).unwrap();
         assert!(g.is_identity());
-        assert_eq!(g.order.values().to_vec(), vec![0, 1, 2]);
+        assert_eq!(g.order, vec![0, 1, 2]);
     }
 
     #[test]

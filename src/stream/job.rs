@@ -546,9 +546,7 @@ impl<'a> Runner<'a> {
         let mut letters = Vec::new();
         let mut written = 0;
         for (source, batches) in by_source(gathered) {
-            let batch = concat_batches(&batches[0].schema(), &batches)
-                .map_err(|e| Error::Internal(format!("gathering rows to route: {e}")))?;
-            let (n, rejected) = routed.write(&batch).await?;
+            let (n, rejected) = routed.write(&batches).await?;
             written += n;
             for r in rejected {
                 for i in 0..r.rows.num_rows() {
