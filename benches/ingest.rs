@@ -151,7 +151,7 @@ fn floe_job(dir: &std::path::Path, events: u64, job: Job) -> f64 {
 }
 
 fn main() {
-    floe::memory::tune_allocator();
+    floe::process::tune();
     let events: u64 = std::env::var("FLOE_BENCH_EVENTS")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -118,7 +118,7 @@ fn run(dir: &std::path::Path, tables: u64) -> f64 {
 }
 
 fn main() {
-    floe::memory::tune_allocator();
+    floe::process::tune();
     let dir = tempfile::tempdir().expect("tempdir");
     let mode = match env::<u64>("FLOE_BENCH_ROWS") {
         Some(rows) => format!("{rows} generated orders, end to end"),

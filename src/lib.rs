@@ -28,7 +28,7 @@ pub mod connector;
 pub mod error;
 pub mod format;
 pub mod interrupt;
-pub mod memory;
+pub mod process;
 pub mod session;
 pub mod sink;
 pub mod sql;

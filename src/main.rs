@@ -6,7 +6,7 @@ use clap::Parser;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    floe::memory::tune_allocator();
+    floe::process::tune();
     let args = floe::cli::Args::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
