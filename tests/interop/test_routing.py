@@ -180,3 +180,42 @@ WITH ('route.buffer-size' = '64kb');
         assert len(ids) == len(set(ids)), name
         total += len(ids)
     assert total == rows
+
+
+def test_row_groups_of_open_files_are_read_by_pyiceberg_and_duckdb(
+    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+):
+    """With little memory for many rows, a routed job writes each table's gathered rows as row
+    groups of one open file per checkpoint: other readers see every row of those files."""
+    import pyarrow.parquet as pq
+
+    rows = 600_000  # more than a routed job gathers before routing (262,144)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    script = workdir / "job.sql"
+    script.write_text(
+        lake.ddl()
+        + f""";
+CREATE SOURCE orders WITH ('connector' = 'datagen', 'profile' = 'orders', 'number-of-rows' = '{rows}');
+SET 'pipeline.name' = 'row-groups'; SET 'checkpoint.interval' = '1h';
+INSERT INTO {lake.name}.grouped SELECT * FROM orders ROUTE BY 't' || CAST(order_id % 4 AS VARCHAR)
+WITH ('route.buffer-size' = '64kb');
+"""
+    )
+    run_to_end(floe_bin, workdir, script)
+    catalog = lake.pyiceberg()
+    total = 0
+    for name in ["t0", "t1", "t2", "t3"]:
+        table = catalog.load_table(f"grouped.{name}")
+        files = list(table.scan().plan_files())
+        assert len(files) == 1, f"{name}: {len(files)} files"
+        path = files[0].file.file_path.removeprefix("file://")
+        assert pq.ParquetFile(path).metadata.num_row_groups > 1, name
+        ids = table.scan().to_arrow().column("order_id").to_pylist()
+        assert len(ids) == len(set(ids)) == rows // 4, name
+        n = duck.execute(
+            f"SELECT count(DISTINCT order_id) FROM iceberg_scan('{table.metadata_location}')"
+        ).fetchone()[0]
+        assert n == rows // 4, (name, n)
+        total += len(ids)
+    assert total == rows
