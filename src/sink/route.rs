@@ -5,6 +5,9 @@
 //!     unknown table: created on first sight (its columns, the partition candidates it has)
 //!     known table:   TableSink (schema and spec evolve with the rows)
 //!     NULL or empty route, too many tables, rows a table cannot take: dead letters
+//! a table's rows: slices of the routed batches, gathered
+//!     --32 MiB, or route.buffer-size for all tables--> a row group of its open file
+//!     --checkpoint (or route.max-open-files)--> file closed, committed
 //! ```
 
 use std::collections::{BTreeMap, HashMap};
