@@ -77,23 +77,24 @@ impl Options {
     /// Remove `key` and parse it as a duration (`500ms`, `10s`, `2m`, `1h`; bare numbers are
     /// seconds).
     pub fn take_duration(&mut self, key: &str) -> Result<Option<Duration>> {
-        match self.take_str(key) {
-            None => Ok(None),
-            Some(v) => parse_duration(&v)
-                .map(Some)
-                .map_err(|e| Error::Option(format!("option '{key}': {e}"))),
-        }
+        self.take_parsed(key, parse_duration)
     }
 
     /// Remove `key` and parse it as a memory size in bytes (`64mb`, `512 KiB`, `1g`; units
     /// are powers of 1,024, as Flink's; bare numbers are bytes).
     pub fn take_size(&mut self, key: &str) -> Result<Option<u64>> {
-        match self.take_str(key) {
-            None => Ok(None),
-            Some(v) => parse_size(&v)
-                .map(Some)
-                .map_err(|e| Error::Option(format!("option '{key}': {e}"))),
-        }
+        self.take_parsed(key, parse_size)
+    }
+
+    /// Remove `key` and parse it with `parse`, whose error is reported with the key.
+    fn take_parsed<T>(
+        &mut self,
+        key: &str,
+        parse: impl FnOnce(&str) -> std::result::Result<T, String>,
+    ) -> Result<Option<T>> {
+        self.take_str(key)
+            .map(|v| parse(&v).map_err(|e| Error::Option(format!("option '{key}': {e}"))))
+            .transpose()
     }
 
     /// Remove every key that starts with `prefix`, returned without the prefix.
