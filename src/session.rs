@@ -23,13 +23,13 @@ use crate::catalog::schema::{
     arrow_schema_from_columns, iceberg_schema, partition_spec, schema_from_columns, type_name,
 };
 use crate::catalog::table::LakeTable;
-use crate::catalog::{CatalogHandle, LakeCatalogProvider, connect};
+use crate::catalog::{CatalogHandle, LakeCatalogProvider, connect, table_exists};
 use crate::checkpoint::StateStore;
 use crate::config::{FloeOptions, qualify_setting};
 use crate::connector::{SourceDef, SourceRef};
 use crate::error::{Error, Result};
 use crate::format::infer::{conform, merge_schemas};
-use crate::sink::route::{ROUTE_COLUMN, RouteOptions};
+use crate::sink::route::RouteOptions;
 use crate::sql::parser::name_parts;
 use crate::sql::statement::*;
 use crate::sql::{Options, Statement, parse_sql};
@@ -296,10 +296,10 @@ impl Session {
         let mut def = SourceDef::try_new(&s.name, declared, options)?;
         def.watermark = s.watermark.map(|w| WatermarkDef {
             column: w.column.value,
-            expr: w.expr.to_string(),
+            expr: w.expr,
         });
         // Check the watermark against the columns now, not when a job starts.
-        WatermarkTracker::try_new(&def).await?;
+        WatermarkTracker::try_new(&def, &self.ctx.state()).await?;
         let def: SourceRef = Arc::new(def);
         self.ctx
             .register_table(s.name.as_str(), Arc::new(SourceTable::new(def.clone())))?;
@@ -491,21 +491,14 @@ impl Session {
             s.options,
         )?;
         let options = RouteOptions::try_new(options)?;
-        let sql = format!(
-            "SELECT *, {} AS {ROUTE_COLUMN} FROM ({}) AS __floe_routed",
-            s.route, s.query
-        );
-        let stmt = DFParserBuilder::new(sql.as_str())
-            .build()?
-            .parse_statement()?;
-        if self.sources_read_by(&stmt).is_empty() {
+        let planner = QueryPlanner::routed(self.ctx.state(), s.query, s.route);
+        if self.sources_read_by(planner.statement()).is_empty() {
             return Err(Error::Plan(
                 "ROUTE BY runs as a continuous job: its SELECT must read a source (CREATE \
                  SOURCE); to copy a table, INSERT INTO each target table"
                     .to_string(),
             ));
         }
-        let planner = QueryPlanner::new(self.ctx.state(), stmt);
         let (query, _) = ContinuousQuery::try_new(planner, &self.sources()).await?;
         let target = Target {
             catalog_name: catalog_name.clone(),
@@ -817,7 +810,7 @@ impl Session {
         }
         let cat = self.iceberg(&name.catalog)?;
         let ident = TableIdent::new(name.namespace.clone(), name.table.clone());
-        if cat.table_exists(&ident).await.unwrap_or(false) {
+        if table_exists(cat.as_ref(), &ident).await? {
             if s.if_not_exists {
                 return Ok(Output::Done("CREATE TABLE".into()));
             }
@@ -845,15 +838,10 @@ impl Session {
         };
         let spec = partition_spec(&s.partitioned_by, &schema)?;
         let mut options = Options::try_new(format!("CREATE TABLE {}", s.name), s.options)?;
-        let format_version = match options.take_str("format-version").as_deref() {
-            None | Some("2") => iceberg::spec::FormatVersion::V2,
+        let format_version = match options.take_choice("format-version", &["1", "2", "3"])? {
             Some("1") => iceberg::spec::FormatVersion::V1,
             Some("3") => iceberg::spec::FormatVersion::V3,
-            Some(other) => {
-                return Err(Error::Option(format!(
-                    "'format-version' = '{other}': use '1', '2' or '3'"
-                )));
-            }
+            _ => iceberg::spec::FormatVersion::V2,
         };
         let location = options.take_str("location");
         // Every other key is an Iceberg table property, kept verbatim.
@@ -885,7 +873,7 @@ impl Session {
         }
         let cat = self.iceberg(&name.catalog)?;
         let ident = TableIdent::new(name.namespace.clone(), name.table.clone());
-        if !cat.table_exists(&ident).await.unwrap_or(false) {
+        if !table_exists(cat.as_ref(), &ident).await? {
             if s.if_exists {
                 return Ok(Output::Done("DROP TABLE".into()));
             }

@@ -286,9 +286,7 @@ impl SqlCommitter {
             .max_connections(2)
             .connect(uri)
             .await
-            .map_err(|e| {
-                Error::Internal(format!("opening the catalog database for commits: {e}"))
-            })?;
+            .map_err(|e| Error::catalog_database("opening the catalog database for commits", e))?;
         Ok(Self {
             pool,
             catalog_name: catalog_name.to_string(),
@@ -331,7 +329,7 @@ impl SqlCommitter {
             .bind(base_location)
             .execute(&self.pool)
             .await
-            .map_err(|e| Error::Internal(format!("committing {ident}: {e}")))?;
+            .map_err(|e| Error::catalog_database(format!("committing {ident}"), e))?;
         if done.rows_affected() == 0 {
             return Err(iceberg::Error::new(
                 iceberg::ErrorKind::CatalogCommitConflicts,
@@ -383,7 +381,10 @@ impl RestCommitter {
             .ok_or_else(|| Error::Internal("REST catalog without a uri".into()))?
             .trim_end_matches('/')
             .to_string();
-        let client = reqwest::Client::new();
+        let client = reqwest::Client::builder()
+            .default_headers(rest_headers(props)?)
+            .build()
+            .map_err(|e| rest_error("building an HTTP client", e))?;
         let auth = if let Some(token) = props.get("token") {
             RestAuth::Token(token.clone())
         } else if let Some(credential) = props.get("credential") {
@@ -570,10 +571,31 @@ impl RestCommitter {
     }
 }
 
-/// A failed HTTP exchange with the REST catalog: external, so jobs retry.
+/// A failed HTTP exchange with the REST catalog: external, so jobs retry; retryable when
+/// the server could not be reached or did not answer in time.
 fn rest_error(what: &str, e: reqwest::Error) -> Error {
-    Error::Iceberg(iceberg::Error::new(
-        iceberg::ErrorKind::Unexpected,
-        format!("{what}: {e}"),
-    ))
+    let retryable = e.is_connect() || e.is_timeout() || e.is_request() || e.is_body();
+    Error::Catalog {
+        context: format!("REST catalog: {what}"),
+        source: Box::new(e),
+        retryable,
+    }
+}
+
+/// The `header.<name>` catalog properties as HTTP headers, sent with every request (as
+/// iceberg-catalog-rest does with the same properties).
+fn rest_headers(props: &HashMap<String, String>) -> Result<reqwest::header::HeaderMap> {
+    use reqwest::header::{HeaderName, HeaderValue};
+    let mut headers = reqwest::header::HeaderMap::new();
+    for (key, value) in props {
+        let Some(name) = key.strip_prefix("header.") else {
+            continue;
+        };
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|e| Error::Option(format!("'{key}' does not name an HTTP header: {e}")))?;
+        let value = HeaderValue::from_str(value)
+            .map_err(|e| Error::Option(format!("'{key}' is not a valid header value: {e}")))?;
+        headers.insert(name, value);
+    }
+    Ok(headers)
 }

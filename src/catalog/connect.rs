@@ -62,9 +62,9 @@ pub async fn connect(name: &str, mut options: Options) -> Result<CatalogHandle> 
         )));
     }
     let kind = options
-        .take_str("catalog-type")
-        .unwrap_or_else(|| "sql".to_string())
-        .to_ascii_lowercase();
+        .take_choice("catalog-type", &["sql", "rest", "memory"])?
+        .unwrap_or("sql")
+        .to_string();
     let storage: BTreeMap<String, String> = options
         .take_prefixed("s3.")
         .into_iter()
@@ -77,13 +77,8 @@ pub async fn connect(name: &str, mut options: Options) -> Result<CatalogHandle> 
         "sql" => {
             let uri = sql_uri(&options.require_str("uri")?)?;
             let warehouse = warehouse_uri(&options.require_str("warehouse")?)?;
-            if let Some(n) = options.take_str("pool.max-connections") {
-                let valid = n.parse::<u32>().ok().filter(|v| *v > 0).ok_or_else(|| {
-                    Error::Option(format!(
-                        "'pool.max-connections' = '{n}' is not a positive integer"
-                    ))
-                })?;
-                props.insert("pool.max-connections".into(), valid.to_string());
+            if let Some(n) = options.take_positive("pool.max-connections")? {
+                props.insert("pool.max-connections".into(), n.to_string());
             }
             options.finish()?;
             let is_sqlite = uri.starts_with("sqlite:");
@@ -142,6 +137,10 @@ pub async fn connect(name: &str, mut options: Options) -> Result<CatalogHandle> 
                     props.insert(key.into(), v);
                 }
             }
+            // Extra HTTP headers, as iceberg-catalog-rest takes them.
+            for (k, v) in options.take_prefixed("header.") {
+                props.insert(format!("header.{k}"), v);
+            }
             options.finish()?;
             let warehouse = props.get("warehouse").cloned().unwrap_or_default();
             let storage = if is_local(&warehouse) && !warehouse.is_empty() {
@@ -177,17 +176,13 @@ pub async fn connect(name: &str, mut options: Options) -> Result<CatalogHandle> 
                 .await?;
             Arc::new(catalog)
         }
-        other => {
-            return Err(Error::Option(format!(
-                "'catalog-type' = '{other}' is not supported; use 'sql', 'rest' or 'memory'"
-            )));
-        }
+        other => return Err(Error::Internal(format!("catalog type '{other}' unhandled"))),
     };
 
     let display_options = props
         .into_iter()
         .map(|(k, v)| {
-            let shown = if SECRET_KEYS.contains(&k.as_str()) {
+            let shown = if SECRET_KEYS.contains(&k.as_str()) || k.starts_with("header.") {
                 "****".to_string()
             } else if k == "uri" {
                 mask_password(&v)
@@ -208,6 +203,16 @@ pub async fn connect(name: &str, mut options: Options) -> Result<CatalogHandle> 
 }
 
 /// A URI with its password, if any, replaced by `****`.
+/// Whether `ident` exists in `catalog`; a missing namespace means a missing table, but a
+/// catalog that cannot answer is an error (an outage is not "does not exist").
+pub async fn table_exists(catalog: &dyn Catalog, ident: &iceberg::TableIdent) -> Result<bool> {
+    match catalog.table_exists(ident).await {
+        Ok(exists) => Ok(exists),
+        Err(e) if e.kind() == iceberg::ErrorKind::NamespaceNotFound => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 fn mask_password(uri: &str) -> String {
     match url::Url::parse(uri) {
         Ok(mut u) if u.password().is_some() => {

@@ -9,5 +9,5 @@ pub mod provider;
 pub mod schema;
 pub mod table;
 
-pub use connect::{CatalogHandle, connect};
+pub use connect::{CatalogHandle, connect, table_exists};
 pub use provider::LakeCatalogProvider;

@@ -25,10 +25,10 @@ use datafusion::arrow::datatypes::{
 use iceberg::arrow::{arrow_type_to_type, schema_to_arrow_schema};
 use iceberg::spec::{NestedField, NestedFieldRef, PrimitiveType, Schema, StructType, Type};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Reject, Result};
 
 /// Why a batch does not fit a table.
-pub type Incompatible = String;
+pub type Incompatible = Reject;
 
 /// The table schema `batch` needs: `None` when `current` already takes it. Fails with the
 /// reason when a column's type cannot be widened to the batch's.
@@ -53,7 +53,7 @@ pub fn evolve(
             .with_identifier_field_ids(current.identifier_field_ids())
             .build()
             .map(Some)
-            .map_err(|e| format!("the evolved schema is invalid: {e}")),
+            .map_err(|e| Reject::new(format!("the evolved schema is invalid: {e}"))),
     }
 }
 
@@ -150,8 +150,12 @@ fn new_type(
     };
     // Give nested Arrow fields ids so the converter accepts them.
     let with_ids = add_field_ids(&normalized, &mut 1_000_000);
-    arrow_type_to_type(&with_ids)
-        .map_err(|e| format!("column '{name}' has type {t}, which Iceberg cannot hold: {e}"))
+    arrow_type_to_type(&with_ids).map_err(|e| {
+        Reject::new(format!(
+            "column '{name}' has type {t}, which Iceberg cannot hold: {e}"
+        ))
+        .in_column(name)
+    })
 }
 
 fn add_field_ids(t: &DataType, next: &mut i32) -> DataType {
@@ -211,11 +215,12 @@ fn merge_type(
 ) -> std::result::Result<Option<Type>, Incompatible> {
     use PrimitiveType as P;
     let incompatible = || {
-        format!(
+        Reject::new(format!(
             "column '{name}' is {} in the table; a {} value does not fit it without loss",
             type_name(current),
             arrow_type_name(t)
-        )
+        ))
+        .in_column(name)
     };
     match (current, t) {
         (Type::Primitive(p), t) => {
@@ -377,7 +382,7 @@ pub fn match_case(
     }
     let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
     RecordBatch::try_new_with_options(Arc::new(ArrowSchema::new(fields)), columns, &options)
-        .map_err(|e| format!("renaming columns: {e}"))
+        .map_err(|e| Reject::new(format!("renaming columns: {e}")))
 }
 
 /// `fields` (with their `columns`) renamed to the spelling of `table`'s fields; whether any
@@ -395,11 +400,11 @@ fn match_fields(
     for (f, c) in fields.iter().zip(columns) {
         let lower = f.name().to_ascii_lowercase();
         if let Some(other) = seen.insert(lower.clone(), f.name().clone()) {
-            return Err(format!(
+            return Err(Reject::new(format!(
                 "columns '{path}{other}' and '{path}{}' differ only in case \
                  (schema.case-insensitive)",
                 f.name()
-            ));
+            )));
         }
         let target = table.and_then(|t| {
             t.fields()
@@ -440,7 +445,7 @@ fn match_nested(
                 return Ok((column.clone(), false));
             }
             let out = StructArray::try_new(fields, children, s.nulls().cloned())
-                .map_err(|e| format!("renaming fields of '{path}': {e}"))?;
+                .map_err(|e| Reject::new(format!("renaming fields of '{path}': {e}")))?;
             Ok((Arc::new(out), true))
         }
         DataType::List(field) => {
@@ -450,7 +455,7 @@ fn match_nested(
                 return Ok((column.clone(), false));
             }
             let out = with_values(l, field, values)
-                .map_err(|e| format!("renaming fields of '{path}': {e}"))?;
+                .map_err(|e| Reject::new(format!("renaming fields of '{path}': {e}")))?;
             Ok((out, true))
         }
         _ => Ok((column.clone(), false)),
@@ -572,7 +577,7 @@ pub fn conform_to(arrow: &SchemaRef, batch: &RecordBatch) -> Result<RecordBatch>
         })
         .collect::<Result<Vec<_>>>()?;
     RecordBatch::try_new(arrow.clone(), columns)
-        .map_err(|e| Error::Plan(format!("rows do not fit the table: {e}")))
+        .map_err(|e| Error::Record(Reject::new(format!("rows do not fit the table: {e}"))))
 }
 
 fn conform_column(
@@ -598,8 +603,14 @@ fn conform_array(target: &Field, column: &ArrayRef) -> Result<ArrayRef> {
                 .map(|c| conform_column(c, s.fields(), s.columns(), s.len()))
                 .collect::<Result<Vec<_>>>()?;
             Ok(Arc::new(
-                StructArray::try_new(children.clone(), arrays, s.nulls().cloned())
-                    .map_err(|e| Error::Plan(format!("struct column '{}': {e}", target.name())))?,
+                StructArray::try_new(children.clone(), arrays, s.nulls().cloned()).map_err(
+                    |e| {
+                        Error::Record(
+                            Reject::new(format!("struct column '{}': {e}", target.name()))
+                                .in_column(target.name()),
+                        )
+                    },
+                )?,
             ))
         }
         (DataType::List(element), DataType::List(_))
@@ -614,17 +625,25 @@ fn conform_array(target: &Field, column: &ArrayRef) -> Result<ArrayRef> {
                     values,
                     l.nulls().cloned(),
                 )
-                .map_err(|e| Error::Plan(format!("list column '{}': {e}", target.name())))?,
+                .map_err(|e| {
+                    Error::Record(
+                        Reject::new(format!("list column '{}': {e}", target.name()))
+                            .in_column(target.name()),
+                    )
+                })?,
             ))
         }
         _ if column.data_type() == target.data_type() => Ok(column.clone()),
         _ => cast(column, target.data_type()).map_err(|e| {
-            Error::Plan(format!(
-                "column '{}' ({}) cannot be written as {}: {e}",
-                target.name(),
-                column.data_type(),
-                target.data_type()
-            ))
+            Error::Record(
+                Reject::new(format!(
+                    "column '{}' ({}) cannot be written as {}: {e}",
+                    target.name(),
+                    column.data_type(),
+                    target.data_type()
+                ))
+                .in_column(target.name()),
+            )
         }),
     }
 }
@@ -711,7 +730,11 @@ mod tests {
     fn narrowing_or_changing_kind_is_incompatible() {
         let b = batch(vec![("n", Arc::new(StringArray::from(vec!["ten"])))]);
         let err = run(&b).unwrap_err();
-        assert!(err.contains("column 'n' is int in the table"), "{err}");
+        assert!(
+            err.reason.contains("column 'n' is int in the table"),
+            "{err}"
+        );
+        assert_eq!(err.column.as_deref(), Some("n"));
         let b = batch(vec![("id", Arc::new(Float64Array::from(vec![10.5])))]);
         assert!(run(&b).is_err(), "10.5 does not go into a long column");
     }
@@ -783,6 +806,7 @@ mod tests {
         assert!(
             match_case(&table(), &twice)
                 .unwrap_err()
+                .reason
                 .contains("differ only in case")
         );
     }

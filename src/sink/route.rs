@@ -27,7 +27,7 @@ use super::table_sink::{Candidate, TableSink, Unwritten, Written, spec_for};
 use crate::catalog::local_storage::with_inline_io;
 use crate::catalog::schema::{iceberg_schema, partition_field};
 use crate::checkpoint::PendingCommit;
-use crate::error::{Error, Result, joined};
+use crate::error::{Error, Reject, Result, joined};
 use crate::sql::Options;
 
 /// The column the routed query adds with each row's route value.
@@ -63,27 +63,12 @@ impl RouteOptions {
             Some(list) => parse_candidates(&list)?,
             None => Vec::new(),
         };
-        let evolve = match options.take_str("schema.evolution").as_deref() {
-            None | Some("on") => true,
-            Some("off") => false,
-            Some(other) => {
-                return Err(Error::Option(format!(
-                    "'schema.evolution' = '{other}': use 'on' or 'off'"
-                )));
-            }
-        };
+        let evolve = options.take_choice("schema.evolution", &["on", "off"])? != Some("off");
         let case_insensitive = options
             .take_bool("schema.case-insensitive")?
             .unwrap_or(false);
-        let int_integers = match options.take_str("json.infer.integers").as_deref() {
-            None | Some("long") => false,
-            Some("int") => true,
-            Some(other) => {
-                return Err(Error::Option(format!(
-                    "'json.infer.integers' = '{other}': use 'long' or 'int'"
-                )));
-            }
-        };
+        let int_integers =
+            options.take_choice("json.infer.integers", &["long", "int"])? == Some("int");
         let table_properties = options.take_prefixed("table.properties.");
         let dead_letter_table = options
             .take_str("dead-letter.table")
@@ -122,14 +107,9 @@ impl RouteOptions {
 
 /// The positive number option `key`, or `default`.
 fn positive(options: &mut Options, key: &str, default: usize) -> Result<usize> {
-    match options.take_str(key) {
-        None => Ok(default),
-        Some(v) => {
-            v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                Error::Option(format!("'{key}' must be a positive number, got '{v}'"))
-            })
-        }
-    }
+    Ok(options
+        .take_positive(key)?
+        .map_or(default, |n| usize::try_from(n).unwrap_or(usize::MAX)))
 }
 
 /// `'days(event_time), region, bucket(16, id)'` as candidates.
@@ -175,7 +155,7 @@ pub fn table_name(route: &str) -> Option<String> {
 /// Rows that could not be routed or written, with why.
 pub struct Rejected {
     pub rows: RecordBatch,
-    pub reason: String,
+    pub reject: Reject,
     pub table: Option<String>,
 }
 
@@ -478,7 +458,7 @@ impl RoutedSink {
                 let start = sorted.num_rows() - groups.unroutable;
                 rejected.push(Rejected {
                     rows: sorted.slice(start, groups.unroutable),
-                    reason: "the ROUTE BY value is NULL or empty".to_string(),
+                    reject: Reject::new("the ROUTE BY value is NULL or empty"),
                     table: None,
                 });
             }
@@ -528,10 +508,10 @@ impl RoutedSink {
             if !self.tables.contains_key(&name) {
                 rejected.push(Rejected {
                     rows,
-                    reason: format!(
+                    reject: Reject::new(format!(
                         "route.max-tables ({}) reached: table '{name}' is not created",
                         self.options.max_tables
-                    ),
+                    )),
                     table: Some(name),
                 });
                 continue;
@@ -554,17 +534,18 @@ impl RoutedSink {
             let Some(sink) = self.tables.get_mut(&name) else {
                 continue;
             };
-            let result = sink.write(rows.clone()).await?;
+            let result = sink.write(rows.clone()).await;
             if sink.buffered_bytes() > 0 {
                 self.holds.entry(name.clone()).or_insert(seq);
             }
             match result {
                 Ok(n) => written += n,
-                Err(reason) => rejected.push(Rejected {
+                Err(Error::Record(reject)) => rejected.push(Rejected {
                     rows,
-                    reason,
+                    reject,
                     table: Some(name),
                 }),
+                Err(e) => return Err(e),
             }
         }
         self.bound().await?;
@@ -723,10 +704,9 @@ impl Groups {
         let mut cast_ones = Vec::new();
         for r in routes {
             if r.as_string_opt::<i32>().is_none() && r.as_string_view_opt().is_none() {
-                cast_ones.push(
-                    cast(*r, &DataType::Utf8)
-                        .map_err(|e| Error::Plan(format!("ROUTE BY value is not text: {e}")))?,
-                );
+                cast_ones.push(cast(*r, &DataType::Utf8).map_err(|e| {
+                    Error::Record(Reject::new(format!("ROUTE BY value is not text: {e}")))
+                })?);
             }
         }
         let mut cast_ones = cast_ones.iter();

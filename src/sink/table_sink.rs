@@ -268,27 +268,22 @@ impl TableSink {
         self.committing.as_ref().unwrap_or(&self.base)
     }
 
-    /// Write `batch` (columns matched by name). `Ok(Err(reason))` when its records do not fit
-    /// the table and it may not evolve to take them: they go to the dead-letter table.
-    pub async fn write(&mut self, batch: RecordBatch) -> Result<std::result::Result<u64, String>> {
+    /// Write `batch` (columns matched by name). Fails with [`Error::Record`] when its
+    /// records do not fit the table and it may not evolve to take them: they go to the
+    /// dead-letter table.
+    pub async fn write(&mut self, batch: RecordBatch) -> Result<u64> {
         if batch.num_rows() == 0 {
-            return Ok(Ok(0));
+            return Ok(0);
         }
         let batch = if self.case_insensitive {
-            match match_case(self.staged.metadata().current_schema(), &batch) {
-                Ok(b) => b,
-                Err(reason) => return Ok(Err(reason)),
-            }
+            match_case(self.staged.metadata().current_schema(), &batch).map_err(Error::Record)?
         } else {
             batch
         };
         let batch = if self.known_fit(&batch) {
             batch
         } else {
-            match self.evolve(batch).await? {
-                Ok(b) => b,
-                Err(reason) => return Ok(Err(reason)),
-            }
+            self.evolve(batch).await?
         };
         let rows = conform_to(&self.arrow_schema()?, &batch)?;
         let n = rows.num_rows();
@@ -299,7 +294,7 @@ impl TableSink {
         if !self.deferred && self.pending_rows >= WRITE_ROWS {
             self.flush().await?;
         }
-        Ok(Ok(n as u64))
+        Ok(n as u64)
     }
 
     /// Whether rows of `batch`'s schema were found to fit the staged schema whatever their
@@ -312,21 +307,16 @@ impl TableSink {
     }
 
     /// Check `batch` against the staged schema: evolve the schema to take it, or (evolution
-    /// off) drop the columns the table lacks; `Err(reason)` when it cannot be taken.
-    async fn evolve(
-        &mut self,
-        batch: RecordBatch,
-    ) -> Result<std::result::Result<RecordBatch, String>> {
+    /// off) drop the columns the table lacks; [`Error::Record`] when it cannot be taken.
+    async fn evolve(&mut self, batch: RecordBatch) -> Result<RecordBatch> {
         let md = self.staged.metadata();
-        let wanted = match evolve(
+        let wanted = evolve(
             md.current_schema(),
             md.last_column_id(),
             batch.schema().as_ref(),
             batch.columns(),
-        ) {
-            Ok(w) => w,
-            Err(reason) => return Ok(Err(reason)),
-        };
+        )
+        .map_err(Error::Record)?;
         let batch = match wanted {
             Some(schema) if self.evolve => {
                 self.restage(schema).await?;
@@ -353,7 +343,7 @@ impl TableSink {
                 batch
             }
         };
-        Ok(Ok(batch))
+        Ok(batch)
     }
 
     /// Memory held by rows not yet handed to the writer, in bytes.

@@ -29,7 +29,7 @@ use iceberg::writer::partitioning::PartitioningWriter;
 use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
 use iceberg::writer::partitioning::unpartitioned_writer::UnpartitionedWriter;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Reject, Result};
 
 type FileWriterBuilder =
     DataFileWriterBuilder<ParquetWriterBuilder, EscapedLocationGenerator, DefaultFileNameGenerator>;
@@ -253,18 +253,24 @@ impl TableWriter {
                     Ok(col.clone())
                 } else {
                     cast(col, field.data_type()).map_err(|e| {
-                        Error::Plan(format!(
-                            "column '{}' of type {} cannot be written as {}: {e}",
-                            field.name(),
-                            col.data_type(),
-                            field.data_type()
-                        ))
+                        Error::Record(
+                            Reject::new(format!(
+                                "column '{}' of type {} cannot be written as {}: {e}",
+                                field.name(),
+                                col.data_type(),
+                                field.data_type()
+                            ))
+                            .in_column(field.name()),
+                        )
                     })
                 }
             })
             .collect::<Result<Vec<_>>>()?;
-        RecordBatch::try_new(self.schema.clone(), columns)
-            .map_err(|e| Error::Plan(format!("rows do not fit the table's schema: {e}")))
+        RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| {
+            Error::Record(Reject::new(format!(
+                "rows do not fit the table's schema: {e}"
+            )))
+        })
     }
 }
 

@@ -54,10 +54,56 @@ impl Options {
         self.entries.remove(key)
     }
 
-    /// Remove and return `key`, failing if it is absent.
+    /// Remove and return `key`, failing if it is absent. A key given that is near `key`
+    /// (a typo of it) is named in the error: it is unknown, and the reason `key` is missing.
     pub fn require_str(&mut self, key: &str) -> Result<String> {
-        self.take_str(key)
-            .ok_or_else(|| Error::Option(format!("{} needs the option '{key}'", self.context)))
+        if let Some(v) = self.take_str(key) {
+            return Ok(v);
+        }
+        let wanted = [key.to_string()];
+        let typos: Vec<String> = self
+            .entries
+            .keys()
+            .filter(|k| closest(k, &wanted).is_some())
+            .map(|k| format!("'{k}'"))
+            .collect();
+        let mut msg = format!("{} needs the option '{key}'", self.context);
+        if !typos.is_empty() {
+            msg.push_str(&format!(
+                "; unknown option{} {} (did you mean '{key}'?)",
+                if typos.len() == 1 { "" } else { "s" },
+                typos.join(", ")
+            ));
+        }
+        Err(Error::Option(msg))
+    }
+
+    /// Remove `key` and check it is one of `choices` (case-insensitive); returns the choice
+    /// as spelled in `choices`.
+    pub fn take_choice<'c>(&mut self, key: &str, choices: &[&'c str]) -> Result<Option<&'c str>> {
+        let Some(v) = self.take_str(key) else {
+            return Ok(None);
+        };
+        match choices.iter().find(|c| c.eq_ignore_ascii_case(v.trim())) {
+            Some(c) => Ok(Some(*c)),
+            None => Err(Error::Option(format!(
+                "'{key}' = '{v}' is not supported; use {}",
+                one_of(choices)
+            ))),
+        }
+    }
+
+    /// Remove `key` and parse it as a whole number above zero.
+    pub fn take_positive(&mut self, key: &str) -> Result<Option<u64>> {
+        let Some(v) = self.take_str(key) else {
+            return Ok(None);
+        };
+        match v.trim().parse::<u64>() {
+            Ok(n) if n > 0 => Ok(Some(n)),
+            _ => Err(Error::Option(format!(
+                "'{key}' must be a positive number, got '{v}'"
+            ))),
+        }
     }
 
     /// Remove `key` and parse it as `true` / `false`.
@@ -159,6 +205,16 @@ impl fmt::Display for Options {
     }
 }
 
+/// `'a', 'b' or 'c'`: the choices an option takes, for messages.
+pub fn one_of(choices: &[&str]) -> String {
+    let quoted: Vec<String> = choices.iter().map(|c| format!("'{c}'")).collect();
+    match quoted.split_last() {
+        None => String::new(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
 /// A SQL string literal for `s`.
 pub fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
@@ -250,6 +306,37 @@ mod tests {
             err.contains("'warehous' (did you mean 'warehouse'?)"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_misspelled_required_key_is_named_with_the_missing_one() {
+        let mut o = bag(&[("type", "iceberg"), ("warehose", "w")]);
+        let err = o.require_str("warehouse").unwrap_err().to_string();
+        assert!(err.contains("needs the option 'warehouse'"), "{err}");
+        assert!(
+            err.contains("unknown option 'warehose' (did you mean 'warehouse'?)"),
+            "{err}"
+        );
+        // A key far from the missing one is not blamed for it.
+        let mut o = bag(&[("type", "iceberg")]);
+        let err = o.require_str("warehouse").unwrap_err().to_string();
+        assert!(!err.contains("unknown"), "{err}");
+    }
+
+    #[test]
+    fn choices_and_positive_numbers_say_what_is_allowed() {
+        let mut o = bag(&[("mode", "ON"), ("bad", "maybe"), ("n", "3"), ("z", "0")]);
+        assert_eq!(o.take_choice("mode", &["on", "off"]).unwrap(), Some("on"));
+        let err = o.take_choice("bad", &["a", "b", "c"]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "'bad' = 'maybe' is not supported; use 'a', 'b' or 'c'"
+        );
+        assert_eq!(o.take_choice("absent", &["x"]).unwrap(), None);
+        assert_eq!(o.take_positive("n").unwrap(), Some(3));
+        let err = o.take_positive("z").unwrap_err();
+        assert_eq!(err.to_string(), "'z' must be a positive number, got '0'");
+        assert_eq!(one_of(&["only"]), "'only'");
     }
 
     #[test]

@@ -179,12 +179,6 @@ enum Sink {
     Routed(Box<RoutedSink>),
 }
 
-/// Whether an error is about the records (they go to the dead-letter table) rather than
-/// about the system (the job fails).
-fn is_data_error(e: &Error) -> bool {
-    matches!(e, Error::Plan(_) | Error::DataFusion(_))
-}
-
 struct Runner<'a> {
     job: &'a Job,
     readers: Vec<(String, Box<dyn SourceReader>, bool)>,
@@ -343,7 +337,7 @@ impl<'a> Runner<'a> {
         let mut watermarks = Vec::new();
         for source in job.query.sources() {
             readers.push((source.name.clone(), source.reader()?, false));
-            watermarks.push(WatermarkTracker::try_new(source).await?);
+            watermarks.push(WatermarkTracker::try_new(source, job.query.state()).await?);
         }
         let mut checkpoint = 0;
         let mut committed_offsets = BTreeMap::new();
@@ -480,12 +474,12 @@ impl<'a> Runner<'a> {
         while let Some(part) = pending.pop() {
             match self.write_rows(source, part.clone()).await {
                 Ok(()) => {}
-                Err(e) if is_data_error(&e) && part.num_rows() > 1 => {
+                Err(e) if e.is_record() && part.num_rows() > 1 => {
                     let half = part.num_rows() / 2;
                     pending.push(part.slice(half, part.num_rows() - half));
                     pending.push(part.slice(0, half));
                 }
-                Err(e) if is_data_error(&e) => letters.push(DeadLetter {
+                Err(e) if e.is_record() => letters.push(DeadLetter {
                     source: source.to_string(),
                     partition: None,
                     offset: None,
@@ -511,15 +505,9 @@ impl<'a> Runner<'a> {
             return Ok(());
         }
         let rows = match &mut self.data {
-            Sink::Table(sink) => match sink.write(out.clone()).await? {
-                Ok(n) => n,
-                // The query casts to the table's columns: a misfit is a bug, not data.
-                Err(reason) => {
-                    return Err(Error::Internal(format!(
-                        "the query's rows do not fit the target: {reason}"
-                    )));
-                }
-            },
+            // The query casts to the table's columns: what still does not fit (a value out
+            // of range) is an Error::Record, found and dead-lettered by the caller.
+            Sink::Table(sink) => sink.write(out.clone()).await?,
             Sink::Routed(_) => {
                 self.routing_rows += out.num_rows();
                 self.routing.push((source.to_string(), out));
@@ -556,8 +544,8 @@ impl<'a> Runner<'a> {
                         offset: None,
                         payload: row_json(&r.rows.slice(i, 1)),
                         error: match &r.table {
-                            Some(t) => format!("table {t}: {}", r.reason),
-                            None => r.reason.clone(),
+                            Some(t) => format!("table {t}: {}", r.reject),
+                            None => r.reject.to_string(),
                         },
                     });
                 }
@@ -600,11 +588,15 @@ impl<'a> Runner<'a> {
             &letters,
             dead.table(),
         )?;
-        if let Err(reason) = dead.write(batch).await? {
-            return Err(Error::Plan(format!(
-                "the dead-letter table {} cannot take dead letters: {reason}",
-                dead.table().identifier()
-            )));
+        match dead.write(batch).await {
+            Ok(_) => {}
+            Err(Error::Record(reason)) => {
+                return Err(Error::Plan(format!(
+                    "the dead-letter table {} cannot take dead letters: {reason}",
+                    dead.table().identifier()
+                )));
+            }
+            Err(e) => return Err(e),
         }
         self.job
             .status

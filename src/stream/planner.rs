@@ -16,17 +16,24 @@ use datafusion::common::SchemaError;
 use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::session_state::SessionState;
-use datafusion::logical_expr::LogicalPlan;
+use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder};
 use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast::{
+    Expr as SqlExpr, ExprWithAlias, Query, Statement as SqlStatement,
+};
 
 use super::source_table::SourceTable;
 use crate::error::{Error, Result};
+use crate::sink::route::ROUTE_COLUMN;
 
 /// The SQL of a continuous query and the session it was written in.
 #[derive(Debug, Clone)]
 pub struct QueryPlanner {
     state: SessionState,
     statement: DFStatement,
+    /// A routed job's `ROUTE BY` expression, over the statement's output columns: planned
+    /// as one more column, [`ROUTE_COLUMN`].
+    route: Option<SqlExpr>,
 }
 
 /// A plan of the query and the sources it reads.
@@ -37,7 +44,31 @@ pub struct Planned {
 
 impl QueryPlanner {
     pub fn new(state: SessionState, statement: DFStatement) -> Self {
-        Self { state, statement }
+        Self {
+            state,
+            statement,
+            route: None,
+        }
+    }
+
+    /// A planner of `query`'s rows with the route of each, `route`, as the column
+    /// [`ROUTE_COLUMN`].
+    pub fn routed(state: SessionState, query: Box<Query>, route: SqlExpr) -> Self {
+        Self {
+            state,
+            statement: DFStatement::Statement(Box::new(SqlStatement::Query(query))),
+            route: Some(route),
+        }
+    }
+
+    /// The statement planned.
+    pub fn statement(&self) -> &DFStatement {
+        &self.statement
+    }
+
+    /// The session the statement was written in.
+    pub fn state(&self) -> &SessionState {
+        &self.state
     }
 
     /// Plan the statement with source `s` reading as `tables[s]`.
@@ -54,7 +85,24 @@ impl QueryPlanner {
         let state = SessionStateBuilder::new_from_existing(self.state.clone())
             .with_catalog_list(catalogs)
             .build();
-        let plan = state.statement_to_plan(self.statement.clone()).await?;
+        let mut plan = state.statement_to_plan(self.statement.clone()).await?;
+        if let Some(route) = &self.route {
+            let route = state.create_logical_expr_from_sql_expr(
+                ExprWithAlias {
+                    expr: route.clone(),
+                    alias: None,
+                },
+                plan.schema(),
+            )?;
+            let mut columns: Vec<Expr> = plan
+                .schema()
+                .columns()
+                .into_iter()
+                .map(Expr::Column)
+                .collect();
+            columns.push(route.alias(ROUTE_COLUMN));
+            plan = LogicalPlanBuilder::from(plan).project(columns)?.build()?;
+        }
         let sources = used.lock().map(|u| u.clone()).unwrap_or_default();
         Ok(Planned { plan, sources })
     }

@@ -12,16 +12,17 @@ use datafusion::arrow::array::{RecordBatch, RecordBatchOptions, new_null_array};
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use datafusion::catalog::TableProvider;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::TaskContext;
+use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::{LogicalPlan, TableScan};
 use datafusion::physical_plan::{ExecutionPlan, collect};
-use datafusion::prelude::{SessionConfig, SessionContext};
 
 use super::planner::{Planned, QueryPlanner, missing_column};
 use super::slot::{BatchSlot, SlotTable};
 use super::source_table::SourceTable;
 use crate::connector::SourceRef;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Reject, Result};
 
 /// A planned continuous query.
 pub struct ContinuousQuery {
@@ -32,6 +33,8 @@ pub struct ContinuousQuery {
     nulls: Mutex<BTreeSet<String>>,
     /// Physical plans by the source a batch comes from and the batch's schema.
     plans: Mutex<HashMap<(String, SchemaRef), Arc<Plan>>>,
+    /// The user's session as plans run in it (see [`executor`]).
+    executor: SessionState,
     task: Arc<TaskContext>,
 }
 
@@ -121,6 +124,7 @@ impl ContinuousQuery {
         planner: QueryPlanner,
         sources: &BTreeMap<String, SourceRef>,
     ) -> Result<(Self, LogicalPlan)> {
+        let executor = executor(planner.state());
         let mut query = Self {
             sources: sources
                 .iter()
@@ -129,7 +133,8 @@ impl ContinuousQuery {
             planner,
             nulls: Mutex::default(),
             plans: Mutex::default(),
-            task: executor().task_ctx(),
+            task: executor.task_ctx(),
+            executor,
         };
         let schemas = query
             .sources
@@ -208,7 +213,11 @@ impl ContinuousQuery {
             Ok((planned, inputs)) => {
                 let rows = rows_of(&planned.plan);
                 let exec = match check_row_wise(rows) {
-                    Ok(()) => physical_plan(rows).await.map_err(|e| e.to_string()),
+                    Ok(()) => self
+                        .executor
+                        .create_physical_plan(rows)
+                        .await
+                        .map_err(|e| Error::from(e).to_string()),
                     Err(e) => Err(e.to_string()),
                 };
                 Plan {
@@ -216,7 +225,7 @@ impl ContinuousQuery {
                     input: inputs[source].clone(),
                 }
             }
-            Err(e) if e.kind() == ErrorKind::User => Plan {
+            Err(e) if matches!(e.kind(), ErrorKind::User | ErrorKind::Record) => Plan {
                 exec: Err(e.to_string()),
                 input: schema.clone(),
             },
@@ -229,6 +238,11 @@ impl ContinuousQuery {
             plans.insert(key, plan.clone());
         }
         Ok(plan)
+    }
+
+    /// The session the query's plans run in.
+    pub fn state(&self) -> &SessionState {
+        &self.executor
     }
 
     /// The sources the query reads, by name.
@@ -244,10 +258,11 @@ impl ContinuousQuery {
             .get(source)
             .ok_or_else(|| Error::Internal(format!("query has no source '{source}'")))?;
         let plan = self.plan_for(source, &batch.schema()).await?;
-        let exec = plan
-            .exec
-            .clone()
-            .map_err(|why| Error::Plan(format!("the query cannot run on these records: {why}")))?;
+        let exec = plan.exec.clone().map_err(|why| {
+            Error::Record(Reject::new(format!(
+                "the query cannot run on these records: {why}"
+            )))
+        })?;
         let batch = if plan.input.fields().len() > batch.num_columns() {
             add_null_columns(&plan.input, batch)?
         } else {
@@ -256,17 +271,24 @@ impl ContinuousQuery {
         slot.set(batch);
         let out = collect(exec, self.task.clone()).await;
         slot.clear();
-        Ok(out?)
+        out.map_err(Error::from_execution)
     }
 }
 
-/// Where continuous plans are planned and run: one partition, as the plan is re-executed
-/// per batch, which row-wise operators allow.
-fn executor() -> SessionContext {
-    let config = SessionConfig::new()
+/// Where continuous plans are planned and run: the user's session `state` (its settings,
+/// `SET` included, its memory pool and functions), with one partition, as the plan is
+/// re-executed per batch, which row-wise operators allow.
+pub fn executor(state: &SessionState) -> SessionState {
+    let config = state
+        .config()
+        .clone()
         .with_target_partitions(1)
-        .with_coalesce_batches(false);
-    SessionContext::new_with_config(config)
+        .with_coalesce_batches(false)
+        // The catalogs are the session's own, shared: a new default one would replace its.
+        .with_create_default_catalog_and_schema(false);
+    SessionStateBuilder::new_from_existing(state.clone())
+        .with_config(config)
+        .build()
 }
 
 /// The rows a statement's plan produces: an INSERT's input, or the query itself.
@@ -275,11 +297,6 @@ fn rows_of(plan: &LogicalPlan) -> &LogicalPlan {
         LogicalPlan::Dml(dml) => &dml.input,
         other => other,
     }
-}
-
-/// The physical plan of `plan`, for one batch at a time.
-async fn physical_plan(plan: &LogicalPlan) -> Result<Arc<dyn ExecutionPlan>> {
-    Ok(executor().state().create_physical_plan(plan).await?)
 }
 
 /// `schema` with a NULL-typed column for each of `names` it lacks.

@@ -10,9 +10,13 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, RecordBatch, TimestampMicrosecondArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
+use datafusion::error::DataFusionError;
 use datafusion::execution::TaskContext;
+use datafusion::execution::session_state::SessionState;
+use datafusion::functions_aggregate::expr_fn::max;
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::SessionContext;
+use datafusion::sql::sqlparser::ast::{Expr as SqlExpr, ExprWithAlias};
 
 use super::slot::{BatchSlot, SlotTable};
 use crate::connector::SourceDef;
@@ -22,8 +26,8 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, PartialEq)]
 pub struct WatermarkDef {
     pub column: String,
-    /// The expression, as SQL over the source's columns.
-    pub expr: String,
+    /// The expression over the source's columns, as parsed.
+    pub expr: SqlExpr,
 }
 
 /// Follows one source's watermark as batches go by.
@@ -38,7 +42,7 @@ pub struct WatermarkTracker {
 impl WatermarkTracker {
     /// A tracker for `source`, or `None` when it declares no watermark. Fails when the
     /// declaration does not fit the source's columns.
-    pub async fn try_new(source: &SourceDef) -> Result<Option<Self>> {
+    pub async fn try_new(source: &SourceDef, state: &SessionState) -> Result<Option<Self>> {
         let Some(def) = &source.watermark else {
             return Ok(None);
         };
@@ -56,25 +60,32 @@ impl WatermarkTracker {
             )));
         }
         let slot = Arc::new(BatchSlot::default());
-        let ctx = SessionContext::new();
-        ctx.register_table(
-            "source",
-            Arc::new(SlotTable::new(source.schema.clone(), slot.clone())),
-        )?;
-        let df = ctx
-            .sql(&format!(
-                "SELECT max({}) AS watermark FROM source",
-                def.expr
+        let state = super::query::executor(state);
+        let ctx = SessionContext::new_with_state(state.clone());
+        let df = ctx.read_table(Arc::new(SlotTable::new(
+            source.schema.clone(),
+            slot.clone(),
+        )))?;
+        let invalid = |e: DataFusionError| {
+            Error::Plan(format!(
+                "WATERMARK FOR {} AS {}: {}",
+                def.column,
+                def.expr,
+                Error::from(e)
             ))
-            .await
-            .map_err(|e| {
-                Error::Plan(format!(
-                    "WATERMARK FOR {} AS {}: {}",
-                    def.column,
-                    def.expr,
-                    Error::from(e)
-                ))
-            })?;
+        };
+        let expr = state
+            .create_logical_expr_from_sql_expr(
+                ExprWithAlias {
+                    expr: def.expr.clone(),
+                    alias: None,
+                },
+                df.schema(),
+            )
+            .map_err(invalid)?;
+        let df = df
+            .aggregate(vec![], vec![max(expr).alias("watermark")])
+            .map_err(invalid)?;
         let ty = df.schema().field(0).data_type().clone();
         if !matches!(ty, DataType::Timestamp(_, _)) {
             return Err(Error::Plan(format!(

@@ -169,16 +169,8 @@ impl KafkaOptions {
         let decoder =
             Decoder::try_new(&format, options, data_schema(schema, &metadata_columns())?)?;
         let startup = startup_mode(options, &properties)?;
-        let bounded = match options.take_str("scan.bounded.mode").as_deref() {
-            None | Some("unbounded") => false,
-            Some("latest-offset") => true,
-            Some(other) => {
-                return Err(Error::Option(format!(
-                    "'scan.bounded.mode' = '{other}' is not supported; use 'unbounded' or \
-                     'latest-offset'"
-                )));
-            }
-        };
+        let bounded = options.take_choice("scan.bounded.mode", &["unbounded", "latest-offset"])?
+            == Some("latest-offset");
         let discovery_interval = options
             .take_duration("scan.topic-partition-discovery.interval")?
             .unwrap_or(Duration::from_secs(10));

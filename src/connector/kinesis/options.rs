@@ -117,15 +117,10 @@ impl KinesisOptions {
                 "'scan.startup.timestamp' needs 'scan.startup.mode' = 'at-timestamp'".to_string(),
             ));
         }
-        let bounded = match options.take_str("scan.bounded.mode").as_deref() {
-            None | Some("unbounded") => BoundedMode::Unbounded,
+        // 'latest': stop at the records that had arrived when the job started.
+        let bounded = match options.take_choice("scan.bounded.mode", &["unbounded", "latest"])? {
             Some("latest") => BoundedMode::Latest,
-            Some(other) => {
-                return Err(Error::Option(format!(
-                    "'scan.bounded.mode' = '{other}' is not supported; use 'unbounded' or \
-                     'latest' (stop at the records that had arrived when the job started)"
-                )));
-            }
+            _ => BoundedMode::Unbounded,
         };
         let discovery_interval = positive(
             "scan.shard-discovery.interval",

@@ -1,0 +1,262 @@
+//! What a continuous job does with an error raised while its query runs on records: a value
+//! the query cannot take dead-letters that record alone; memory running out or an I/O error
+//! is no fault of the records, so the job retries from its last checkpoint and dead-letters
+//! nothing. And a job's plans run with the session's settings (`SET` reaches them).
+//!
+//! The errors come from scalar functions registered in the session, as a user's UDF would
+//! raise them; the job, its source, its table and its dead letters are real.
+
+use std::any::Any;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::array::{AsArray, Int64Array};
+use datafusion::arrow::datatypes::{DataType, Int64Type};
+use datafusion::error::{DataFusionError, Result as DFResult};
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
+
+mod common;
+
+use common::{first_column, lake_session, rows};
+
+const ROWS: u64 = 20_000;
+
+/// What a test function does to the values it is given.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// Refuses the value 1000 (an execution error caused by a value).
+    Value,
+    /// Its 4th to 6th calls fail as if memory ran out.
+    Memory,
+    /// Its 4th to 6th calls fail with an I/O error.
+    Io,
+    /// Passes its values through; ignores them and returns the session's batch size.
+    BatchSize,
+}
+
+#[derive(Debug)]
+struct TestFunction {
+    name: String,
+    fault: Fault,
+    signature: Signature,
+    calls: Arc<AtomicUsize>,
+}
+
+impl PartialEq for TestFunction {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for TestFunction {}
+
+impl Hash for TestFunction {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.name.hash(state)
+    }
+}
+
+impl ScalarUDFImpl for TestFunction {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _: &[DataType]) -> DFResult<DataType> {
+        Ok(DataType::Int64)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DFResult<ColumnarValue> {
+        let call = self.calls.fetch_add(1, Ordering::SeqCst);
+        let values = args.args[0].to_array(args.number_rows)?;
+        let values = values.as_primitive::<Int64Type>();
+        let failing = (3..6).contains(&call);
+        match self.fault {
+            Fault::Value => {
+                if values.iter().any(|v| v == Some(1000)) {
+                    return Err(DataFusionError::Execution(
+                        "order 1000 is refused".to_string(),
+                    ));
+                }
+            }
+            Fault::Memory if failing => {
+                return Err(DataFusionError::ResourcesExhausted(
+                    "Failed to allocate additional 1024 bytes".to_string(),
+                ));
+            }
+            Fault::Io if failing => {
+                return Err(DataFusionError::IoError(std::io::Error::other(
+                    "disk went away",
+                )));
+            }
+            Fault::BatchSize => {
+                let size = args.config_options.execution.batch_size as i64;
+                return Ok(ColumnarValue::Array(Arc::new(Int64Array::from(vec![
+                    size;
+                    values
+                        .len(
+                        )
+                ]))));
+            }
+            Fault::Memory | Fault::Io => {}
+        }
+        Ok(ColumnarValue::Array(Arc::new(values.clone())))
+    }
+}
+
+fn register(session: &floe::Session, name: &str, fault: Fault) -> Arc<AtomicUsize> {
+    let calls = Arc::new(AtomicUsize::new(0));
+    session
+        .context()
+        .register_udf(ScalarUDF::from(TestFunction {
+            name: name.to_string(),
+            fault,
+            signature: Signature::exact(vec![DataType::Int64], Volatility::Volatile),
+            calls: calls.clone(),
+        }));
+    calls
+}
+
+/// A session with table `lake.e.t` and a bounded datagen source `gen` of [`ROWS`] orders
+/// (ids 1 to ROWS), its jobs checkpointing every 100 ms.
+async fn session(dir: &std::path::Path) -> floe::Session {
+    lake_session(
+        dir,
+        &format!(
+            "CREATE SCHEMA lake.e; CREATE TABLE lake.e.t (order_id BIGINT);
+             CREATE SOURCE gen WITH ('connector' = 'datagen', 'profile' = 'orders',
+               'number-of-rows' = '{ROWS}', 'rows-per-second' = '40000');
+             SET 'state.dir' = '{}/state'; SET 'checkpoint.interval' = '100ms';",
+            dir.display()
+        ),
+    )
+    .await
+}
+
+/// Run `insert` to its end; every state the job showed on the way, and its last error.
+async fn run_job(session: &floe::Session, insert: &str) -> (Vec<String>, Option<String>) {
+    session.sql(insert).await.unwrap();
+    let jobs = session.jobs();
+    let mut states: Vec<String> = Vec::new();
+    let mut error = None;
+    let start = Instant::now();
+    loop {
+        let row = jobs.rows().remove(0);
+        if states.last() != Some(&row.state) {
+            states.push(row.state.clone());
+        }
+        if row.error.is_some() {
+            error = row.error.clone();
+        }
+        if matches!(row.state.as_str(), "finished" | "failed") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the job did not end: {states:?}, {error:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let failures = jobs.wait_all().await;
+    assert!(failures.is_empty(), "{failures:?}");
+    (states, error)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_the_query_refuses_dead_letters_that_record_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = session(dir.path()).await;
+    register(&session, "checked", Fault::Value);
+    let (states, _) = run_job(
+        &session,
+        "SET 'pipeline.name' = 'values'; INSERT INTO lake.e.t SELECT checked(order_id) FROM gen",
+    )
+    .await;
+    assert_eq!(states.last().map(String::as_str), Some("finished"));
+    let text = rows(
+        &session,
+        "SELECT count(*) AS n, count(DISTINCT order_id) AS ids, sum(order_id) AS s FROM lake.e.t",
+    )
+    .await;
+    let sum = ROWS * (ROWS + 1) / 2 - 1000;
+    assert!(
+        text.contains(&format!("| {} | {} | {sum} |", ROWS - 1, ROWS - 1)),
+        "{text}"
+    );
+    let letters = first_column(&session, "SELECT error FROM lake.e.dead_letters").await;
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert!(letters[0].contains("order 1000 is refused"), "{letters:?}");
+}
+
+/// A resource or I/O error while a batch runs: the job shows `retrying` with the error,
+/// resumes from its last checkpoint, and ends with every row exactly once and no dead letter.
+async fn retried_without_dead_letters(fault: Fault, expected: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let session = session(dir.path()).await;
+    let calls = register(&session, "flaky", fault);
+    let (states, error) = run_job(
+        &session,
+        "SET 'pipeline.name' = 'flaky'; INSERT INTO lake.e.t SELECT flaky(order_id) FROM gen",
+    )
+    .await;
+    assert!(
+        states.iter().any(|s| s == "retrying"),
+        "the job retried: {states:?}"
+    );
+    assert_eq!(states.last().map(String::as_str), Some("finished"));
+    let error = error.unwrap_or_default();
+    assert!(error.contains(expected), "the error is shown: {error}");
+    assert!(calls.load(Ordering::SeqCst) > 6, "the fault was reached");
+    let text = rows(
+        &session,
+        "SELECT count(*) AS n, count(DISTINCT order_id) AS ids FROM lake.e.t",
+    )
+    .await;
+    assert!(text.contains(&format!("| {ROWS} | {ROWS} |")), "{text}");
+    let tables = rows(&session, "SHOW TABLES IN lake.e").await;
+    assert!(
+        !tables.contains("dead_letters"),
+        "nothing was dead-lettered: {tables}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_running_out_retries_and_dead_letters_nothing() {
+    retried_without_dead_letters(Fault::Memory, "Failed to allocate").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_io_error_retries_and_dead_letters_nothing() {
+    retried_without_dead_letters(Fault::Io, "disk went away").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_reaches_the_plans_a_job_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = session(dir.path()).await;
+    register(&session, "batch_size", Fault::BatchSize);
+    let (states, error) = run_job(
+        &session,
+        "SET datafusion.execution.batch_size = 1234; SET 'pipeline.name' = 'sized';
+         INSERT INTO lake.e.t SELECT batch_size(order_id) FROM gen",
+    )
+    .await;
+    assert_eq!(
+        states.last().map(String::as_str),
+        Some("finished"),
+        "{error:?}"
+    );
+    let sizes = first_column(&session, "SELECT DISTINCT order_id FROM lake.e.t").await;
+    assert_eq!(sizes, vec!["1234".to_string()]);
+}
