@@ -332,7 +332,10 @@ mod tests {
         let ours = DataFusionError::External(Box::new(Error::Source("broker down".into())));
         assert_eq!(record(ours), ErrorKind::External);
         let arrow_io = DataFusionError::ArrowError(
-            Box::new(ArrowError::IoError("disk".into(), std::io::Error::other("gone"))),
+            Box::new(ArrowError::IoError(
+                "disk".into(),
+                std::io::Error::other("gone"),
+            )),
             None,
         );
         assert!(!Error::from_execution(arrow_io).is_record());

@@ -29,6 +29,7 @@ pub mod error;
 pub mod format;
 pub mod interrupt;
 pub mod process;
+pub mod schema;
 pub mod session;
 pub mod sink;
 pub mod sql;

@@ -19,16 +19,16 @@ use iceberg::table::Table;
 use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent};
 
 use crate::catalog::commit::Committer;
-use crate::catalog::schema::{
-    arrow_schema_from_columns, iceberg_schema, partition_spec, schema_from_columns, type_name,
-};
+use crate::catalog::schema::{arrow_schema_from_columns, schema_from_columns};
 use crate::catalog::table::LakeTable;
 use crate::catalog::{CatalogHandle, LakeCatalogProvider, connect, table_exists};
 use crate::checkpoint::StateStore;
 use crate::config::{FloeOptions, qualify_setting};
 use crate::connector::{SourceDef, SourceRef};
 use crate::error::{Error, Result};
-use crate::format::infer::{conform, merge_schemas};
+use crate::schema::infer::{conform_preview, merge_schemas};
+use crate::schema::partition::partition_spec;
+use crate::schema::{iceberg_schema, type_name};
 use crate::sink::route::RouteOptions;
 use crate::sql::parser::name_parts;
 use crate::sql::statement::*;
@@ -544,7 +544,7 @@ impl Session {
             let schema = merge_schemas(batches.iter().map(|b| b.schema_ref()));
             let batches = batches
                 .iter()
-                .map(|b| conform(b, &schema))
+                .map(|b| conform_preview(b, &schema))
                 .collect::<std::result::Result<Vec<_>, _>>()
                 .map_err(|e| Error::Internal(format!("previewing {}: {e}", source.name)))?;
             tables.insert(

@@ -21,7 +21,7 @@ use iceberg::spec::{NestedFieldRef, Schema, TableMetadata, Type};
 use iceberg::table::Table;
 
 use crate::error::Error;
-use crate::sink::evolve::conform;
+use crate::schema::conform;
 
 /// Whether a struct, list or map column of the current schema has nested fields that an
 /// older schema of the table lacked (so older files may lack them).

@@ -12,10 +12,11 @@ use iceberg::spec::{FormatVersion, Schema, UnboundPartitionSpec, deserialize_dat
 use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
 
-use super::merge::{merge_schemas, remap_spec, rewrite_files};
+use super::rewrite::rewrite_files;
 use super::state::PendingCommit;
 use crate::catalog::commit::{Committer, EvolvingAppend, prepare, staged};
 use crate::error::{Error, Result};
+use crate::schema::merge::{merge_schemas, remap_spec};
 use crate::sink::commit;
 
 /// Summary key: the job that wrote a snapshot.

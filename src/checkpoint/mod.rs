@@ -12,7 +12,7 @@
 //! where missing, and sources resume from the recorded offsets.
 
 pub mod commit;
-pub mod merge;
+pub mod rewrite;
 pub mod state;
 
 pub use commit::{commit_all, commit_once, committed_checkpoint};

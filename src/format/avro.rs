@@ -486,10 +486,7 @@ fn floe_field(f: &FieldRef, avro: Option<&serde_json::Value>) -> Field {
     let mut out = f.as_ref().clone().with_data_type(data_type);
     if let Some(doc) = avro.and_then(|a| a.get("doc")).and_then(|d| d.as_str()) {
         let mut metadata = out.metadata().clone();
-        metadata.insert(
-            crate::catalog::schema::FIELD_DOC.to_string(),
-            doc.to_string(),
-        );
+        metadata.insert(crate::schema::FIELD_DOC.to_string(), doc.to_string());
         out = out.with_metadata(metadata);
     }
     out

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! 'format' = 'json'    one JSON object per record, into the declared columns, or, when the
-//!                      source declares none, into columns inferred per record (see infer)
+//!                      source declares none, into columns inferred per record (see `schema::infer`)
 //! 'format' = 'csv'     one CSV line per record ('csv.delimiter', default ',')
 //! 'format' = 'raw'     the whole record into the one declared column (STRING or BYTES)
 //! ```
@@ -13,7 +13,6 @@
 //! decoded the same way into its own schema.
 
 pub mod avro;
-pub mod infer;
 
 use std::collections::HashMap;
 use std::io::Cursor;
@@ -24,9 +23,9 @@ use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 
 use crate::error::{Error, Result};
+use crate::schema::infer::{ShapeCache, record_shape, shape_key};
 use crate::sql::Options;
 use avro::AvroDecoder;
-use infer::{ShapeCache, record_shape, shape_key};
 
 /// How records are laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,6 @@
 
 pub mod commit;
 pub mod dead_letter;
-pub mod evolve;
 pub mod route;
 pub mod table_sink;
 pub mod writer;

@@ -22,12 +22,13 @@ use datafusion::sql::sqlparser::parser::Parser as SqlParser;
 use iceberg::table::Table;
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
 
-use super::evolve::narrow_integers;
 use super::table_sink::{Candidate, TableSink, Unwritten, Written, spec_for};
 use crate::catalog::local_storage::with_inline_io;
-use crate::catalog::schema::{iceberg_schema, partition_field};
 use crate::checkpoint::PendingCommit;
 use crate::error::{Error, Reject, Result, joined};
+use crate::schema::iceberg_schema;
+use crate::schema::narrow_integers;
+use crate::schema::partition::partition_field;
 use crate::sql::Options;
 
 /// The column the routed query adds with each row's route value.

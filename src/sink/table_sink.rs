@@ -23,12 +23,13 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 
-use super::evolve::{conform_to, evolve, match_case};
 use super::writer::TableWriter;
 use crate::catalog::commit::staged;
-use crate::checkpoint::merge::{merge_schemas, rewrite_files};
+use crate::checkpoint::rewrite::rewrite_files;
 use crate::checkpoint::{FileGroup, PendingCommit};
 use crate::error::{Error, Result};
+use crate::schema::merge::merge_schemas;
+use crate::schema::{conform_to, evolve, match_case};
 
 /// One partition candidate: a transform of a column, used by every table that has the
 /// column with a type the transform takes.

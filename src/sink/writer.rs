@@ -9,8 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, RecordBatch};
-use datafusion::arrow::compute::cast;
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::parquet;
 use datafusion::parquet::basic::{BrotliLevel, Compression, GzipLevel, ZstdLevel};
@@ -30,6 +29,7 @@ use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
 use iceberg::writer::partitioning::unpartitioned_writer::UnpartitionedWriter;
 
 use crate::error::{Error, Reject, Result};
+use crate::schema::conform_array;
 
 type FileWriterBuilder =
     DataFileWriterBuilder<ParquetWriterBuilder, EscapedLocationGenerator, DefaultFileNameGenerator>;
@@ -248,23 +248,7 @@ impl TableWriter {
             .columns()
             .iter()
             .zip(self.schema.fields())
-            .map(|(col, field)| -> Result<ArrayRef> {
-                if col.data_type() == field.data_type() {
-                    Ok(col.clone())
-                } else {
-                    cast(col, field.data_type()).map_err(|e| {
-                        Error::Record(
-                            Reject::new(format!(
-                                "column '{}' of type {} cannot be written as {}: {e}",
-                                field.name(),
-                                col.data_type(),
-                                field.data_type()
-                            ))
-                            .in_column(field.name()),
-                        )
-                    })
-                }
-            })
+            .map(|(col, field)| conform_array(field, col))
             .collect::<Result<Vec<_>>>()?;
         RecordBatch::try_new(self.schema.clone(), columns).map_err(|e| {
             Error::Record(Reject::new(format!(

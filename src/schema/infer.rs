@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::sync::Arc;
 
-use crate::sink::evolve::INFERRED;
+use super::types::INFERRED;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, ListArray, RecordBatch, RecordBatchOptions, StringArray, StructArray,
     new_null_array,
@@ -58,7 +58,10 @@ impl Shape {
         }
     }
 
-    /// The shape values of `self` and `other` both fit, if there is one.
+    /// The shape values of `self` and `other` both fit, if there is one. Integers and
+    /// fractions merge to double because JSON has one kind of number (an array of both is a
+    /// list of numbers); that is not a column promotion, which long -> double is not
+    /// (`schema::promote`).
     fn merge(self, other: Shape) -> Result<Shape, String> {
         Ok(match (self, other) {
             (a, b) if a == b => a,
@@ -225,13 +228,13 @@ fn merge_types(a: &DataType, b: &DataType) -> DataType {
 
 /// `batch` as a batch of `schema` (from [`merge_schemas`]): absent columns NULL, numbers
 /// converted, structs filled field by field, values of a different kind shown as text.
-pub fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, String> {
+pub fn conform_preview(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, String> {
     let n = batch.num_rows();
     let columns = schema
         .fields()
         .iter()
         .map(|f| match batch.column_by_name(f.name()) {
-            Some(c) => conform_array(c, f.data_type()),
+            Some(c) => preview_array(c, f.data_type()),
             None => Ok(new_null_array(f.data_type(), n)),
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -239,7 +242,7 @@ pub fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, S
     RecordBatch::try_new_with_options(schema.clone(), columns, &options).map_err(|e| e.to_string())
 }
 
-fn conform_array(array: &ArrayRef, to: &DataType) -> Result<ArrayRef, String> {
+fn preview_array(array: &ArrayRef, to: &DataType) -> Result<ArrayRef, String> {
     if array.data_type() == to {
         return Ok(array.clone());
     }
@@ -249,7 +252,7 @@ fn conform_array(array: &ArrayRef, to: &DataType) -> Result<ArrayRef, String> {
             let children = fields
                 .iter()
                 .map(|f| match s.column_by_name(f.name()) {
-                    Some(c) => conform_array(c, f.data_type()),
+                    Some(c) => preview_array(c, f.data_type()),
                     None => Ok(new_null_array(f.data_type(), s.len())),
                 })
                 .collect::<Result<Vec<_>, _>>()?;
@@ -259,7 +262,7 @@ fn conform_array(array: &ArrayRef, to: &DataType) -> Result<ArrayRef, String> {
         }
         (DataType::List(_), DataType::List(field)) => {
             let l = array.as_list::<i32>();
-            let values = conform_array(l.values(), field.data_type())?;
+            let values = preview_array(l.values(), field.data_type())?;
             let out = ListArray::try_new(
                 field.clone(),
                 l.offsets().clone(),
@@ -459,7 +462,7 @@ mod tests {
         .unwrap();
         let batch = RecordBatch::try_new(a, vec![Arc::new(Int64Array::from(vec![1])), Arc::new(s)])
             .unwrap();
-        let out = conform(&batch, &merged).unwrap();
+        let out = conform_preview(&batch, &merged).unwrap();
         assert_eq!(
             out.column(0)
                 .as_primitive::<datafusion::arrow::datatypes::Float64Type>()

@@ -12,7 +12,8 @@
 
 use std::sync::Arc;
 
-use crate::catalog::schema::{FIELD_DOC, type_name, with_uuid};
+use super::promote::promotes;
+use super::types::{FIELD_DOC, INFERRED, arrow_type_name, type_name, with_uuid};
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, ListArray, RecordBatch, RecordBatchOptions, StructArray,
     new_null_array,
@@ -213,7 +214,6 @@ fn merge_type(
     next_id: &mut i32,
     name: &str,
 ) -> std::result::Result<Option<Type>, Incompatible> {
-    use PrimitiveType as P;
     let incompatible = || {
         Reject::new(format!(
             "column '{name}' is {} in the table; a {} value does not fit it without loss",
@@ -224,19 +224,7 @@ fn merge_type(
     };
     match (current, t) {
         (Type::Primitive(p), t) => {
-            let widened = match (p, t) {
-                (P::Int, DataType::Int64) => Some(P::Long),
-                (P::Float, DataType::Float64) => Some(P::Double),
-                (P::Decimal { precision, scale }, DataType::Decimal128(bp, bs))
-                    if *bs as u32 == *scale && *bp as u32 > *precision =>
-                {
-                    Some(P::Decimal {
-                        precision: *bp as u32,
-                        scale: *scale,
-                    })
-                }
-                _ => None,
-            };
+            let widened = arrow_primitive(t).filter(|w| w != p && promotes(p, w));
             if let Some(w) = widened {
                 return Ok(Some(Type::Primitive(w)));
             }
@@ -287,26 +275,20 @@ fn merge_type(
     }
 }
 
-/// The Iceberg-style name of the values of Arrow type `t`, for messages.
-fn arrow_type_name(t: &DataType) -> String {
-    match t {
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "string".into(),
-        DataType::Int8 | DataType::Int16 | DataType::Int32 => "int".into(),
-        DataType::UInt8 | DataType::UInt16 => "int".into(),
-        DataType::Int64 | DataType::UInt32 => "long".into(),
-        DataType::Float16 | DataType::Float32 => "float".into(),
-        DataType::Float64 => "double".into(),
-        DataType::Boolean => "boolean".into(),
-        DataType::Date32 | DataType::Date64 => "date".into(),
-        DataType::Timestamp(_, None) => "timestamp".into(),
-        DataType::Timestamp(_, Some(_)) => "timestamptz".into(),
-        DataType::Decimal128(p, s) => format!("decimal({p}, {s})"),
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => "binary".into(),
-        DataType::Struct(_) => "struct".into(),
-        DataType::List(_) | DataType::LargeList(_) => "list".into(),
-        DataType::Map(_, _) => "map".into(),
-        other => other.to_string(),
-    }
+/// The Iceberg type a column of Arrow type `t` is promoted to, where a promotion can apply.
+fn arrow_primitive(t: &DataType) -> Option<PrimitiveType> {
+    use PrimitiveType as P;
+    Some(match t {
+        DataType::Int32 => P::Int,
+        DataType::Int64 => P::Long,
+        DataType::Float32 => P::Float,
+        DataType::Float64 => P::Double,
+        DataType::Decimal128(precision, scale) => P::Decimal {
+            precision: u32::from(*precision),
+            scale: u32::try_from(*scale).ok()?,
+        },
+        _ => return None,
+    })
 }
 
 /// Whether values of Arrow type `t` go into a column of `p` without loss.
@@ -462,9 +444,6 @@ fn match_nested(
     }
 }
 
-/// The field metadata key the JSON decoder sets on the columns it infers.
-pub const INFERRED: &str = "floe.inferred";
-
 /// `'json.infer.integers' = 'int'`: in the columns inferred from JSON (see [`INFERRED`]), the
 /// integer values as `int` wherever they all fit one and the table (if any) does not have a
 /// `long` there already; a larger value keeps `long`, which then widens the column.
@@ -593,8 +572,8 @@ fn conform_column(
 }
 
 /// `column` as values of `target`'s type: struct fields matched by name, list elements
-/// likewise, other types converted.
-fn conform_array(target: &Field, column: &ArrayRef) -> Result<ArrayRef> {
+/// likewise, other types converted; a value that does not convert is an [`Error::Record`].
+pub fn conform_array(target: &Field, column: &ArrayRef) -> Result<ArrayRef> {
     match (target.data_type(), column.data_type()) {
         (DataType::Struct(children), DataType::Struct(_)) => {
             let s = column.as_struct();
@@ -650,7 +629,10 @@ fn conform_array(target: &Field, column: &ArrayRef) -> Result<ArrayRef> {
 
 #[cfg(test)]
 mod tests {
-    use datafusion::arrow::array::{Float64Array, Int32Array, Int64Array, StringArray};
+    use datafusion::arrow::array::{
+        BooleanArray, Float32Array, Float64Array, Int32Array, Int64Array, StringArray,
+    };
+    use proptest::prelude::*;
 
     use super::*;
 
@@ -892,5 +874,65 @@ mod tests {
             &DataType::Float64,
             "3 became 3.0"
         );
+    }
+
+    /// A column of one of a few Arrow types, its values drawn from `seed` (some NULL).
+    fn column(kind: u8, values: &[Option<i32>]) -> ArrayRef {
+        match kind % 6 {
+            0 => Arc::new(Int32Array::from(values.to_vec())),
+            1 => Arc::new(Int64Array::from_iter(
+                values.iter().map(|v| v.map(|v| i64::from(v) * 1_000_000)),
+            )),
+            2 => Arc::new(Float32Array::from_iter(
+                values.iter().map(|v| v.map(|v| v as f32 / 4.0)),
+            )),
+            3 => Arc::new(Float64Array::from_iter(
+                values.iter().map(|v| v.map(|v| f64::from(v) / 3.0)),
+            )),
+            4 => Arc::new(StringArray::from_iter(
+                values.iter().map(|v| v.map(|v| v.to_string())),
+            )),
+            _ => Arc::new(BooleanArray::from_iter(
+                values.iter().map(|v| v.map(|v| v % 2 == 0)),
+            )),
+        }
+    }
+
+    proptest! {
+        /// Whatever a batch brings, the schema `evolve` asks for takes it: conforming the
+        /// batch to it never fails (a batch it cannot take is rejected by `evolve` itself).
+        #[test]
+        fn conform_after_evolve_never_fails(
+            batches in proptest::collection::vec(
+                (
+                    proptest::collection::btree_map("[a-e]", 0u8..6, 1..5),
+                    proptest::collection::vec(proptest::option::of(-50i32..50), 1..6),
+                ),
+                1..5,
+            )
+        ) {
+            let mut current = table();
+            let mut last = 3;
+            for (columns, values) in batches {
+                let b = batch(
+                    columns
+                        .iter()
+                        .map(|(name, kind)| (name.as_str(), column(*kind, &values)))
+                        .collect(),
+                );
+                match evolve(&current, last, b.schema().as_ref(), b.columns()) {
+                    Err(_) => continue,
+                    Ok(wanted) => {
+                        if let Some(s) = wanted {
+                            last = s.highest_field_id().max(last);
+                            current = s;
+                        }
+                        let conformed = conform(&current, &b);
+                        prop_assert!(conformed.is_ok(), "{:?}", conformed.err());
+                        prop_assert_eq!(conformed.unwrap().num_rows(), b.num_rows());
+                    }
+                }
+            }
+        }
     }
 }

@@ -5,7 +5,7 @@
 //! merges by name: its columns the table now has take the table's ids (widened if it needs
 //! wider types); the others get fresh ids after the table's last one. When that changes an
 //! id its data files were written with, the files are rewritten against the merged schema
-//! (read back, matched by name) before the commit; the old ones are deleted after it.
+//! (`checkpoint::rewrite`) before the commit; the old ones are deleted after it.
 //!
 //! ```text
 //! base: {1 id}      theirs (committed): {1 id, 2 a}      ours (pending): {1 id, 2 b}
@@ -15,16 +15,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use iceberg::spec::{
-    DataFile, ListType, MapType, NestedField, NestedFieldRef, PrimitiveType, Schema, StructType,
-    Type, UnboundPartitionField, UnboundPartitionSpec,
+    ListType, MapType, NestedField, NestedFieldRef, Schema, StructType, Type,
+    UnboundPartitionField, UnboundPartitionSpec,
 };
-use iceberg::table::Table;
 
+use super::promote::widest;
+use super::types::type_name;
 use crate::error::{Error, Result};
-use crate::sink::TableWriter;
-use crate::sink::evolve::conform;
 
 /// The merged schema and how our field ids map to its ids.
 #[derive(Debug)]
@@ -148,28 +146,10 @@ fn merge_type(
     remap: &mut HashMap<i32, i32>,
     name: &str,
 ) -> Result<Type> {
-    use PrimitiveType as P;
     Ok(match (theirs, ours) {
-        (Type::Primitive(t), Type::Primitive(o)) => Type::Primitive(match (t, o) {
-            (t, o) if t == o => t.clone(),
-            (P::Int, P::Long) => P::Long,
-            (P::Float, P::Double) => P::Double,
-            (P::Long, P::Int) | (P::Double, P::Float) => t.clone(),
-            (
-                P::Decimal {
-                    precision: tp,
-                    scale: ts,
-                },
-                P::Decimal {
-                    precision: op,
-                    scale: os,
-                },
-            ) if ts == os => P::Decimal {
-                precision: *tp.max(op),
-                scale: *ts,
-            },
-            _ => return Err(conflict(name, theirs, ours)),
-        }),
+        (Type::Primitive(t), Type::Primitive(o)) => {
+            Type::Primitive(widest(t, o).ok_or_else(|| conflict(name, theirs, ours))?)
+        }
         (Type::Struct(t), Type::Struct(o)) => Type::Struct(StructType::new(merge_struct(
             t,
             o,
@@ -232,7 +212,6 @@ fn merge_type(
 }
 
 fn conflict(name: &str, theirs: &Type, ours: &Type) -> Error {
-    use crate::catalog::schema::type_name;
     Error::Plan(format!(
         "column '{name}' became {} by another writer while this job made it {}; the two \
          cannot be merged",
@@ -259,28 +238,11 @@ pub fn remap_spec(
         .build())
 }
 
-/// Rewrite the data files at `paths` (written for another version of the table) against
-/// `staged`'s schema and default spec: read back, columns matched by name. Returns the new
-/// files.
-pub async fn rewrite_files(staged: &Table, paths: &[String]) -> Result<Vec<DataFile>> {
-    let mut writer = TableWriter::try_new(staged)?;
-    let schema = staged.metadata().current_schema();
-    for path in paths {
-        let bytes = staged.file_io().new_input(path)?.read().await?;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-            .and_then(|b| b.build())
-            .map_err(|e| Error::Internal(format!("reading {path}: {e}")))?;
-        for batch in reader {
-            let batch = batch.map_err(|e| Error::Internal(format!("reading {path}: {e}")))?;
-            writer.write(conform(schema, &batch)?).await?;
-        }
-    }
-    writer.close().await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use iceberg::spec::PrimitiveType;
+    use proptest::prelude::*;
 
     fn long(id: i32, name: &str) -> NestedFieldRef {
         Arc::new(NestedField::optional(
@@ -349,5 +311,68 @@ mod tests {
         let theirs = schema(vec![int(1, "n"), string]);
         let e = merge_schemas(&theirs, &ours, 2).unwrap_err().to_string();
         assert!(e.contains("column 's' became string"), "{e}");
+    }
+
+    /// Columns named from `names`, typed from a few primitives, ids from `first`.
+    fn columns(names: Vec<(String, u8)>, first: i32) -> Vec<NestedFieldRef> {
+        let types = [
+            PrimitiveType::Int,
+            PrimitiveType::Long,
+            PrimitiveType::Double,
+            PrimitiveType::String,
+        ];
+        names
+            .into_iter()
+            .enumerate()
+            .map(|(i, (name, t))| {
+                Arc::new(NestedField::optional(
+                    first + i as i32,
+                    &name,
+                    Type::Primitive(types[t as usize % types.len()].clone()),
+                ))
+            })
+            .collect()
+    }
+
+    /// The merged schema's columns as `name: type`, sorted (ids and order aside).
+    fn columns_of(s: &Schema) -> Vec<String> {
+        let mut out: Vec<String> = s
+            .as_struct()
+            .fields()
+            .iter()
+            .map(|f| format!("{}: {}", f.name, f.field_type))
+            .collect();
+        out.sort();
+        out
+    }
+
+    proptest! {
+        /// Two writers that each added their own columns to {1 id}: merging either into the
+        /// other gives the same columns, every id unique.
+        #[test]
+        fn merging_disjoint_additions_commutes(
+            added in proptest::collection::btree_map("[a-h]{1,3}", (any::<bool>(), 0u8..4), 0..8)
+        ) {
+            let (a, b): (Vec<_>, Vec<_>) = added.into_iter().partition(|(_, (side, _))| *side);
+            let strip = |v: Vec<(String, (bool, u8))>| -> Vec<(String, u8)> {
+                v.into_iter().map(|(n, (_, t))| (n, t)).collect()
+            };
+            let (a, b) = (strip(a), strip(b));
+            let base = long(1, "id");
+            let mut theirs = vec![base.clone()];
+            theirs.extend(columns(a.clone(), 2));
+            let mut ours = vec![base];
+            ours.extend(columns(b.clone(), 2));
+            let (theirs, ours) = (schema(theirs), schema(ours));
+            let last = 1 + a.len().max(b.len()) as i32;
+            let one = merge_schemas(&theirs, &ours, last).unwrap().schema;
+            let other = merge_schemas(&ours, &theirs, last).unwrap().schema;
+            prop_assert_eq!(columns_of(&one), columns_of(&other));
+            prop_assert_eq!(one.as_struct().fields().len(), 1 + a.len() + b.len());
+            let mut ids: Vec<i32> = one.as_struct().fields().iter().map(|f| f.id).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            prop_assert_eq!(ids.len(), 1 + a.len() + b.len());
+        }
     }
 }

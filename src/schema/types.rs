@@ -1,0 +1,208 @@
+//! Arrow and Iceberg types: which Iceberg type an Arrow column becomes, and how types are
+//! named in messages.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema as ArrowSchema, TimeUnit};
+use iceberg::arrow::arrow_schema_to_schema_auto_assign_ids;
+use iceberg::spec::{ListType, NestedFieldRef, PrimitiveType, Schema, StructType, Type};
+
+use crate::error::{Error, Result};
+
+/// The field metadata key the JSON decoder sets on the columns it infers.
+pub const INFERRED: &str = "floe.inferred";
+
+/// The Iceberg schema for Arrow `schema` (from a query), with types widened to ones
+/// Iceberg has. With `all_optional`, every column is optional.
+pub fn iceberg_schema(schema: &ArrowSchema, all_optional: bool) -> Result<Schema> {
+    let fields = schema
+        .fields()
+        .iter()
+        .map(|f| normalize_field(f, all_optional))
+        .collect::<Result<Vec<_>>>()?;
+    let converted = arrow_schema_to_schema_auto_assign_ids(&ArrowSchema::new(fields))?;
+    let fields = converted
+        .as_struct()
+        .fields()
+        .iter()
+        .zip(schema.fields())
+        .map(|(f, a)| with_uuid(f, a))
+        .collect::<Vec<_>>();
+    Ok(Schema::builder()
+        .with_schema_id(converted.schema_id())
+        .with_fields(fields)
+        .build()?)
+}
+
+/// Arrow's extension name for a UUID (a 16-byte fixed binary); arrow-avro marks them with
+/// the Avro `logicalType` instead.
+const UUID_EXTENSION: &str = "arrow.uuid";
+
+/// `field` (converted from `arrow`) with `fixed(16)` as `uuid` wherever `arrow` marks a UUID,
+/// nested fields included: iceberg-rust's conversion knows no Arrow extension types.
+pub fn with_uuid(field: &NestedFieldRef, arrow: &Field) -> NestedFieldRef {
+    let ty = uuid_type(&field.field_type, arrow);
+    if ty == *field.field_type {
+        return field.clone();
+    }
+    let mut out = field.as_ref().clone();
+    out.field_type = Box::new(ty);
+    Arc::new(out)
+}
+
+fn uuid_type(ty: &Type, arrow: &Field) -> Type {
+    let m = arrow.metadata();
+    let is_uuid = m
+        .get("ARROW:extension:name")
+        .is_some_and(|n| n == UUID_EXTENSION)
+        || m.get("logicalType").is_some_and(|t| t == "uuid");
+    match (ty, arrow.data_type()) {
+        (Type::Primitive(PrimitiveType::Fixed(16)), _) if is_uuid => {
+            Type::Primitive(PrimitiveType::Uuid)
+        }
+        (Type::Struct(s), DataType::Struct(children)) => Type::Struct(StructType::new(
+            s.fields()
+                .iter()
+                .map(|f| match children.iter().find(|c| c.name() == &f.name) {
+                    Some(c) => with_uuid(f, c),
+                    None => f.clone(),
+                })
+                .collect(),
+        )),
+        (Type::List(l), DataType::List(e)) => {
+            Type::List(ListType::new(with_uuid(&l.element_field, e)))
+        }
+        _ => ty.clone(),
+    }
+}
+
+fn normalize_field(f: &Field, all_optional: bool) -> Result<Field> {
+    let out = Field::new(
+        f.name(),
+        normalize_type(f.data_type(), f.name())?,
+        all_optional || f.is_nullable(),
+    );
+    // A column doc (from an Avro field doc, say) becomes the Iceberg field's doc.
+    Ok(match f.metadata().get(FIELD_DOC) {
+        Some(doc) => out.with_metadata([(FIELD_DOC.to_string(), doc.clone())].into()),
+        None => out,
+    })
+}
+
+/// The Arrow field metadata key iceberg-rust reads an Iceberg field's doc from.
+pub const FIELD_DOC: &str = "doc";
+
+/// The nearest Arrow type that maps to an Iceberg type.
+fn normalize_type(dt: &DataType, name: &str) -> Result<DataType> {
+    use DataType::*;
+    Ok(match dt {
+        Int8 | Int16 | UInt8 | UInt16 => Int32,
+        UInt32 => Int64,
+        Float16 => Float32,
+        Utf8View | LargeUtf8 => Utf8,
+        BinaryView | LargeBinary => Binary,
+        Timestamp(_, None) => Timestamp(TimeUnit::Microsecond, None),
+        Timestamp(_, Some(_)) => Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+        Time32(_) | Time64(_) => Time64(TimeUnit::Microsecond),
+        Date64 => Date32,
+        Decimal32(p, s) | Decimal64(p, s) => Decimal128(*p, *s),
+        List(f) | LargeList(f) | ListView(f) | LargeListView(f) | FixedSizeList(f, _) => {
+            List(Arc::new(normalize_field(f, false)?))
+        }
+        Struct(fields) => Struct(
+            fields
+                .iter()
+                .map(|f| normalize_field(f, false))
+                .collect::<Result<Fields>>()?,
+        ),
+        Map(entries, sorted) => Map(Arc::new(normalize_field(entries, false)?), *sorted),
+        Dictionary(_, v) => normalize_type(v, name)?,
+        Boolean
+        | Int32
+        | Int64
+        | Float32
+        | Float64
+        | Utf8
+        | Binary
+        | Date32
+        | FixedSizeBinary(_)
+        | Decimal128(_, _) => dt.clone(),
+        other => {
+            return Err(Error::Unsupported(format!(
+                "column '{name}' has type {other}, which Iceberg has no type for"
+            )));
+        }
+    })
+}
+
+/// An Iceberg type as users read it: `long`, `decimal(10, 2)`, `list<string>`,
+/// `map<string, long>`, `struct<a: int, b: string>`.
+pub fn type_name(t: &Type) -> String {
+    match t {
+        Type::Primitive(p) => p.to_string(),
+        Type::List(l) => format!("list<{}>", type_name(&l.element_field.field_type)),
+        Type::Map(m) => format!(
+            "map<{}, {}>",
+            type_name(&m.key_field.field_type),
+            type_name(&m.value_field.field_type)
+        ),
+        Type::Struct(s) => format!(
+            "struct<{}>",
+            s.fields()
+                .iter()
+                .map(|f| format!("{}: {}", f.name, type_name(&f.field_type)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// The Iceberg-style name of the values of Arrow type `t`, for messages.
+pub fn arrow_type_name(t: &DataType) -> String {
+    match t {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "string".into(),
+        DataType::Int8 | DataType::Int16 | DataType::Int32 => "int".into(),
+        DataType::UInt8 | DataType::UInt16 => "int".into(),
+        DataType::Int64 | DataType::UInt32 => "long".into(),
+        DataType::Float16 | DataType::Float32 => "float".into(),
+        DataType::Float64 => "double".into(),
+        DataType::Boolean => "boolean".into(),
+        DataType::Date32 | DataType::Date64 => "date".into(),
+        DataType::Timestamp(_, None) => "timestamp".into(),
+        DataType::Timestamp(_, Some(_)) => "timestamptz".into(),
+        DataType::Decimal128(p, s) => format!("decimal({p}, {s})"),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => "binary".into(),
+        DataType::Struct(_) => "struct".into(),
+        DataType::List(_) | DataType::LargeList(_) => "list".into(),
+        DataType::Map(_, _) => "map".into(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrow_uuids_become_iceberg_uuids_nested_too() {
+        let uuid = || {
+            Field::new("id", DataType::FixedSizeBinary(16), true).with_metadata(
+                [("ARROW:extension:name".to_string(), "arrow.uuid".to_string())].into(),
+            )
+        };
+        let plain = Field::new("raw", DataType::FixedSizeBinary(16), true);
+        let arrow = ArrowSchema::new(vec![
+            uuid(),
+            plain,
+            Field::new("s", DataType::Struct(vec![uuid()].into()), true),
+        ]);
+        let schema = iceberg_schema(&arrow, true).unwrap();
+        let types: Vec<String> = schema
+            .as_struct()
+            .fields()
+            .iter()
+            .map(|f| type_name(&f.field_type))
+            .collect();
+        assert_eq!(types, vec!["uuid", "fixed(16)", "struct<id: uuid>"]);
+    }
+}
