@@ -28,6 +28,7 @@ pub mod connector;
 pub mod error;
 pub mod format;
 pub mod interrupt;
+pub mod lake;
 pub mod process;
 pub mod schema;
 pub mod session;

@@ -18,14 +18,14 @@ use iceberg::spec::{Schema as IcebergSchema, Transform};
 use iceberg::table::Table;
 use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent};
 
-use crate::catalog::commit::Committer;
+use crate::catalog::LakeCatalogProvider;
 use crate::catalog::schema::{arrow_schema_from_columns, schema_from_columns};
 use crate::catalog::table::LakeTable;
-use crate::catalog::{CatalogHandle, LakeCatalogProvider, connect, table_exists};
 use crate::checkpoint::StateStore;
 use crate::config::{FloeOptions, qualify_setting};
 use crate::connector::{SourceDef, SourceRef};
 use crate::error::{Error, Result};
+use crate::lake::{CatalogConfig, CatalogHandle, CatalogKind, Committer, connect, table_exists};
 use crate::schema::infer::{conform_preview, merge_schemas};
 use crate::schema::partition::partition_spec;
 use crate::schema::{iceberg_schema, type_name};
@@ -655,7 +655,7 @@ impl Session {
             )));
         }
         let options = Options::try_new(format!("CREATE CATALOG {}", s.name), s.options)?;
-        let handle = connect(&s.name, options).await?;
+        let handle = connect(&s.name, catalog_config(options)?).await?;
         self.ctx.register_catalog(
             &s.name,
             Arc::new(LakeCatalogProvider::new(&s.name, handle.catalog.clone())),
@@ -974,6 +974,68 @@ impl Session {
 }
 
 /// `SET key = value` with a key under no known prefix sets floe's setting of that name.
+/// The catalog `CREATE CATALOG ... WITH (...)` describes:
+///
+/// ```text
+/// 'type'          = 'iceberg'                   (required)
+/// 'catalog-type'  = 'sql' | 'rest' | 'memory'   (default 'sql')
+/// sql:    'uri' = 'sqlite:path/catalog.db' | 'postgres://...', 'warehouse' = path or URI,
+///         'pool.max-connections'
+/// rest:   'uri', 'warehouse', 'credential' (OAuth2 id:secret), 'token', 'oauth2-server-uri',
+///         'scope', 'prefix', 'header.*' (HTTP headers)
+/// memory: 'warehouse' (default: a folder under the system temp dir)
+/// all:    's3.*' storage options (endpoint, region, access-key-id, secret-access-key,
+///         path-style-access, ...), passed to the file IO
+/// ```
+fn catalog_config(mut options: Options) -> Result<CatalogConfig> {
+    let ty = options.require_str("type")?;
+    if !ty.eq_ignore_ascii_case("iceberg") {
+        return Err(Error::Option(format!(
+            "catalog type '{ty}' is not supported: floe has 'type' = 'iceberg' catalogs"
+        )));
+    }
+    let kind = options
+        .take_choice("catalog-type", &["sql", "rest", "memory"])?
+        .unwrap_or("sql");
+    let storage = options
+        .take_prefixed("s3.")
+        .into_iter()
+        .map(|(k, v)| (format!("s3.{k}"), v))
+        .collect();
+    let kind = match kind {
+        "sql" => CatalogKind::Sql {
+            uri: options.require_str("uri")?,
+            warehouse: options.require_str("warehouse")?,
+            max_connections: options.take_positive("pool.max-connections")?,
+        },
+        "rest" => {
+            let mut props = BTreeMap::from([("uri".to_string(), options.require_str("uri")?)]);
+            for key in [
+                "warehouse",
+                "credential",
+                "token",
+                "oauth2-server-uri",
+                "scope",
+                "prefix",
+            ] {
+                if let Some(v) = options.take_str(key) {
+                    props.insert(key.into(), v);
+                }
+            }
+            // Extra HTTP headers, as iceberg-catalog-rest takes them.
+            for (k, v) in options.take_prefixed("header.") {
+                props.insert(format!("header.{k}"), v);
+            }
+            CatalogKind::Rest { props }
+        }
+        _ => CatalogKind::Memory {
+            warehouse: options.take_str("warehouse"),
+        },
+    };
+    options.finish()?;
+    Ok(CatalogConfig { kind, storage })
+}
+
 fn qualify_set(stmt: &mut DFStatement) {
     if let DFStatement::Statement(s) = stmt
         && let SQLStatement::Set(Set::SingleAssignment { variable, .. }) = s.as_mut()

@@ -30,7 +30,7 @@ fn batch(columns: &[(&str, Vec<&str>)], ids: Vec<i64>) -> RecordBatch {
 struct Lake {
     _dir: tempfile::TempDir,
     session: floe::Session,
-    handle: floe::catalog::CatalogHandle,
+    handle: floe::lake::CatalogHandle,
     base: iceberg::table::Table,
 }
 

@@ -7,8 +7,8 @@ use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
 mod common;
 
 use common::{lake_session, rows};
-use floe::catalog::commit::{Committer, EvolvingAppend, SqlCommitter, prepare, staged};
-use floe::sink::TableWriter;
+use floe::lake::TableWriter;
+use floe::lake::commit::{Committer, EvolvingAppend, SqlCommitter, prepare, staged};
 use iceberg::spec::{NestedField, PrimitiveType, Schema, Transform, Type, UnboundPartitionSpec};
 use iceberg::{NamespaceIdent, TableIdent};
 

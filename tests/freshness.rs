@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
-use floe::sink::{TableWriter, commit};
+use floe::lake::{TableWriter, commit};
 mod common;
 
 use common::{lake_session, rows};

@@ -1,13 +1,10 @@
-//! Iceberg catalogs: opening them, showing them to DataFusion, and mapping SQL to Iceberg.
+//! The DataFusion side of Iceberg catalogs: providers that look tables up on demand,
+//! metadata tables, scans of evolved tables, and the SQL column-list mapping.
 
-pub mod commit;
-pub mod connect;
 pub mod evolved_scan;
-pub mod local_storage;
 pub mod metadata;
 pub mod provider;
 pub mod schema;
 pub mod table;
 
-pub use connect::{CatalogHandle, connect, table_exists};
 pub use provider::LakeCatalogProvider;

@@ -24,7 +24,7 @@ use iceberg_datafusion::IcebergStaticTableProvider;
 
 use super::evolved_scan;
 use crate::error::Error;
-use crate::sink::{TableWriter, commit};
+use crate::lake::{TableWriter, commit};
 
 /// A table of an Iceberg catalog, as loaded for one statement.
 #[derive(Debug, Clone)]

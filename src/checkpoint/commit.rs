@@ -14,10 +14,9 @@ use iceberg::{Catalog, TableIdent};
 
 use super::rewrite::rewrite_files;
 use super::state::PendingCommit;
-use crate::catalog::commit::{Committer, EvolvingAppend, prepare, staged};
 use crate::error::{Error, Result};
+use crate::lake::commit::{self, Committer, EvolvingAppend, prepare, staged};
 use crate::schema::merge::{merge_schemas, remap_spec};
-use crate::sink::commit;
 
 /// Summary key: the job that wrote a snapshot.
 pub const SUMMARY_JOB: &str = "floe.job";

@@ -7,8 +7,8 @@ use iceberg::spec::DataFile;
 use iceberg::table::Table;
 
 use crate::error::{Error, Result};
+use crate::lake::TableWriter;
 use crate::schema::conform;
-use crate::sink::TableWriter;
 
 /// Rewrite the data files at `paths` (written for another version of the table) against
 /// `staged`'s schema and default spec: read back, columns matched by name. Returns the new

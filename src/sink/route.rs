@@ -23,9 +23,9 @@ use iceberg::table::Table;
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
 
 use super::table_sink::{Candidate, TableSink, Unwritten, Written, spec_for};
-use crate::catalog::local_storage::with_inline_io;
 use crate::checkpoint::PendingCommit;
 use crate::error::{Error, Reject, Result, joined};
+use crate::lake::storage::with_inline_io;
 use crate::schema::iceberg_schema;
 use crate::schema::narrow_integers;
 use crate::schema::partition::partition_field;

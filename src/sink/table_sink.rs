@@ -7,7 +7,7 @@
 //! ```
 //!
 //! Nothing reaches the catalog before the checkpoint commits: the schema change and the data
-//! land in one commit (see `catalog::commit`).
+//! land in one commit (see `lake::commit`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,11 +23,11 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 
-use super::writer::TableWriter;
-use crate::catalog::commit::staged;
 use crate::checkpoint::rewrite::rewrite_files;
 use crate::checkpoint::{FileGroup, PendingCommit};
 use crate::error::{Error, Result};
+use crate::lake::TableWriter;
+use crate::lake::commit::staged;
 use crate::schema::merge::merge_schemas;
 use crate::schema::{conform_to, evolve, match_case};
 

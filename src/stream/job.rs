@@ -19,10 +19,10 @@ use tokio::sync::watch;
 
 use super::query::ContinuousQuery;
 use super::watermark::WatermarkTracker;
-use crate::catalog::commit::Committer;
 use crate::checkpoint::{CheckpointRecord, StateStore, commit_all};
 use crate::connector::{Offsets, Poll, SourceReader};
 use crate::error::{Error, ErrorKind, Result, joined};
+use crate::lake::Committer;
 use crate::sink::dead_letter::{self, DeadLetter};
 use crate::sink::route::{RouteOptions, RoutedSink};
 use crate::sink::table_sink::TableSink;

@@ -1,15 +1,5 @@
-//! Opening Iceberg catalogs from `CREATE CATALOG ... WITH (...)` options.
-//!
-//! ```text
-//! 'type'          = 'iceberg'                   (required)
-//! 'catalog-type'  = 'sql' | 'rest' | 'memory'   (default 'sql')
-//! sql:    'uri' = 'sqlite:path/catalog.db' | 'postgres://...', 'warehouse' = path or URI
-//! rest:   'uri', 'warehouse', 'credential' (OAuth2 id:secret), 'token', 'oauth2-server-uri',
-//!         'scope', 'prefix'
-//! memory: 'warehouse' (default: a folder under the system temp dir)
-//! all:    's3.*' storage options (endpoint, region, access-key-id, secret-access-key,
-//!         path-style-access, ...), passed to the file IO
-//! ```
+//! Opening Iceberg catalogs (SQL on SQLite or PostgreSQL, REST, in memory) from a
+//! [`CatalogConfig`], which `CREATE CATALOG` reads from its options.
 //!
 //! Relative local paths are resolved against the working directory and stored as absolute
 //! `file://` URIs, so that other tools (pyiceberg, DuckDB) can open the tables.
@@ -20,7 +10,7 @@ use std::sync::Arc;
 
 use iceberg::io::StorageFactory;
 
-use super::local_storage::LocalStorageFactory;
+use super::storage::LocalStorageFactory;
 use iceberg::memory::MemoryCatalogBuilder;
 use iceberg::{Catalog, CatalogBuilder};
 use iceberg_catalog_rest::RestCatalogBuilder;
@@ -29,7 +19,6 @@ use iceberg_storage_opendal::OpenDalStorageFactory;
 
 use super::commit::{Committer, RestCommitter, SqlCommitter};
 use crate::error::{Error, Result};
-use crate::sql::Options;
 
 /// A catalog registered in the session.
 #[derive(Debug, Clone)]
@@ -53,34 +42,57 @@ const SECRET_KEYS: [&str; 4] = [
     "s3.session-token",
 ];
 
-/// Open the catalog that `options` describe.
-pub async fn connect(name: &str, mut options: Options) -> Result<CatalogHandle> {
-    let ty = options.require_str("type")?;
-    if !ty.eq_ignore_ascii_case("iceberg") {
-        return Err(Error::Option(format!(
-            "catalog type '{ty}' is not supported: floe has 'type' = 'iceberg' catalogs"
-        )));
-    }
-    let kind = options
-        .take_choice("catalog-type", &["sql", "rest", "memory"])?
-        .unwrap_or("sql")
-        .to_string();
-    let storage: BTreeMap<String, String> = options
-        .take_prefixed("s3.")
-        .into_iter()
-        .map(|(k, v)| (format!("s3.{k}"), v))
-        .collect();
-    let mut props: HashMap<String, String> = storage.clone().into_iter().collect();
+/// What `CREATE CATALOG ... WITH (...)` asks for, read and checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CatalogConfig {
+    pub kind: CatalogKind,
+    /// Storage properties (`s3.*`, with their prefix), passed to the file IO.
+    pub storage: BTreeMap<String, String>,
+}
 
+/// The catalog implementation and its own properties.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CatalogKind {
+    /// A SQL catalog: `sqlite:path` or `postgres://...`, and a warehouse path or URI.
+    Sql {
+        uri: String,
+        warehouse: String,
+        max_connections: Option<u64>,
+    },
+    /// A REST catalog: `uri`, and `warehouse`, `credential`, `token`, `oauth2-server-uri`,
+    /// `scope`, `prefix` and `header.*` as given.
+    Rest { props: BTreeMap<String, String> },
+    /// An in-memory catalog (tables vanish with the process); files under `warehouse`.
+    Memory { warehouse: Option<String> },
+}
+
+impl CatalogKind {
+    /// `sql`, `rest` or `memory`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            CatalogKind::Sql { .. } => "sql",
+            CatalogKind::Rest { .. } => "rest",
+            CatalogKind::Memory { .. } => "memory",
+        }
+    }
+}
+
+/// Open the catalog `config` describes, as `name`.
+pub async fn connect(name: &str, config: CatalogConfig) -> Result<CatalogHandle> {
+    let kind = config.kind.name().to_string();
+    let mut props: HashMap<String, String> = config.storage.into_iter().collect();
     let mut committer = None;
-    let catalog: Arc<dyn Catalog> = match kind.as_str() {
-        "sql" => {
-            let uri = sql_uri(&options.require_str("uri")?)?;
-            let warehouse = warehouse_uri(&options.require_str("warehouse")?)?;
-            if let Some(n) = options.take_positive("pool.max-connections")? {
+    let catalog: Arc<dyn Catalog> = match config.kind {
+        CatalogKind::Sql {
+            uri,
+            warehouse,
+            max_connections,
+        } => {
+            let uri = sql_uri(&uri)?;
+            let warehouse = warehouse_uri(&warehouse)?;
+            if let Some(n) = max_connections {
                 props.insert("pool.max-connections".into(), n.to_string());
             }
-            options.finish()?;
             let is_sqlite = uri.starts_with("sqlite:");
             let bind = || {
                 if is_sqlite {
@@ -123,25 +135,8 @@ pub async fn connect(name: &str, mut options: Options) -> Result<CatalogHandle> 
             )));
             Arc::new(catalog)
         }
-        "rest" => {
-            props.insert("uri".into(), options.require_str("uri")?);
-            for key in [
-                "warehouse",
-                "credential",
-                "token",
-                "oauth2-server-uri",
-                "scope",
-                "prefix",
-            ] {
-                if let Some(v) = options.take_str(key) {
-                    props.insert(key.into(), v);
-                }
-            }
-            // Extra HTTP headers, as iceberg-catalog-rest takes them.
-            for (k, v) in options.take_prefixed("header.") {
-                props.insert(format!("header.{k}"), v);
-            }
-            options.finish()?;
+        CatalogKind::Rest { props: rest } => {
+            props.extend(rest);
             let warehouse = props.get("warehouse").cloned().unwrap_or_default();
             let storage = if is_local(&warehouse) && !warehouse.is_empty() {
                 storage_for(&warehouse)
@@ -159,8 +154,8 @@ pub async fn connect(name: &str, mut options: Options) -> Result<CatalogHandle> 
             )));
             Arc::new(catalog)
         }
-        "memory" => {
-            let warehouse = match options.take_str("warehouse") {
+        CatalogKind::Memory { warehouse } => {
+            let warehouse = match warehouse {
                 Some(w) => warehouse_uri(&w)?,
                 None => warehouse_uri(
                     &std::env::temp_dir()
@@ -168,7 +163,6 @@ pub async fn connect(name: &str, mut options: Options) -> Result<CatalogHandle> 
                         .to_string_lossy(),
                 )?,
             };
-            options.finish()?;
             props.insert("warehouse".into(), warehouse.clone());
             let catalog = MemoryCatalogBuilder::default()
                 .with_storage_factory(storage_for(&warehouse))
@@ -176,7 +170,6 @@ pub async fn connect(name: &str, mut options: Options) -> Result<CatalogHandle> 
                 .await?;
             Arc::new(catalog)
         }
-        other => return Err(Error::Internal(format!("catalog type '{other}' unhandled"))),
     };
 
     let display_options = props
@@ -202,7 +195,6 @@ pub async fn connect(name: &str, mut options: Options) -> Result<CatalogHandle> 
     })
 }
 
-/// A URI with its password, if any, replaced by `****`.
 /// Whether `ident` exists in `catalog`; a missing namespace means a missing table, but a
 /// catalog that cannot answer is an error (an outage is not "does not exist").
 pub async fn table_exists(catalog: &dyn Catalog, ident: &iceberg::TableIdent) -> Result<bool> {
@@ -213,6 +205,7 @@ pub async fn table_exists(catalog: &dyn Catalog, ident: &iceberg::TableIdent) ->
     }
 }
 
+/// A URI with its password, if any, replaced by `****`.
 fn mask_password(uri: &str) -> String {
     match url::Url::parse(uri) {
         Ok(mut u) if u.password().is_some() => {

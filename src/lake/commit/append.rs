@@ -1,5 +1,5 @@
-//! Committing data files to a table: one `fast_append` snapshot per commit, carrying
-//! summary properties (a job's name and checkpoint id, later).
+//! Appending data files with iceberg-rust's own action: one `fast_append` snapshot per
+//! commit, carrying summary properties (a job's name and checkpoint id).
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,0 +1,249 @@
+//! An append iceberg-rust has no action for: a new schema and/or partition spec together
+//! with the snapshot that first uses them, built as one set of table updates.
+//!
+//! ```text
+//! base metadata --AddSchema/SetCurrentSchema, AddSpec/SetDefaultSpec--> staged metadata
+//!     (data files are written against the staged schema and spec)
+//! manifest of the new files + the base snapshot's manifests -> manifest list -> snapshot
+//! base --[schema, spec, snapshot, main ref]--> Prepared { updates, metadata }
+//! ```
+//!
+//! [`prepare`] writes the manifests and commits nothing; a [`super::Committer`] makes the
+//! result current.
+
+use std::collections::HashMap;
+
+use iceberg::TableUpdate;
+use iceberg::spec::{
+    DataFile, DataFileFormat, FormatVersion, MAIN_BRANCH, ManifestListWriter,
+    ManifestWriterBuilder, Operation, Schema, Snapshot, SnapshotReference, SnapshotRetention,
+    SnapshotSummaryCollector, Summary, TableMetadata, UnboundPartitionSpec,
+};
+use iceberg::table::Table;
+
+use crate::error::{Error, Result};
+
+/// What to commit.
+#[derive(Debug, Default)]
+pub struct EvolvingAppend {
+    /// The new current schema (with field ids assigned), if the schema changes.
+    pub schema: Option<Schema>,
+    /// The new default partition spec, if it changes.
+    pub spec: Option<UnboundPartitionSpec>,
+    /// Data files, per id of the partition spec they were written with (the staged table's
+    /// default spec, or an older one of the table).
+    pub files: Vec<(i32, Vec<DataFile>)>,
+    /// Extra snapshot summary properties.
+    pub summary: HashMap<String, String>,
+}
+
+/// `base` with the schema and spec changes of `append` applied: the table the new data
+/// files must be written against.
+pub fn staged(
+    base: &Table,
+    schema: Option<Schema>,
+    spec: Option<UnboundPartitionSpec>,
+) -> Result<Table> {
+    if schema.is_none() && spec.is_none() {
+        // (A table built anew costs a metadata cache of its own, a few KiB.)
+        return Ok(base.clone());
+    }
+    let metadata = evolve(base, schema, spec)?;
+    let mut builder = Table::builder()
+        .metadata(metadata)
+        .identifier(base.identifier().clone())
+        .file_io(base.file_io().clone())
+        .runtime(iceberg::Runtime::try_current()?);
+    if let Some(loc) = base.metadata_location() {
+        builder = builder.metadata_location(loc.to_string());
+    }
+    Ok(builder.build()?)
+}
+
+fn schema_updates(schema: Option<Schema>, spec: Option<UnboundPartitionSpec>) -> Vec<TableUpdate> {
+    let mut updates = Vec::new();
+    if let Some(schema) = schema {
+        updates.push(TableUpdate::AddSchema { schema });
+        updates.push(TableUpdate::SetCurrentSchema { schema_id: -1 });
+    }
+    if let Some(spec) = spec {
+        updates.push(TableUpdate::AddSpec { spec });
+        updates.push(TableUpdate::SetDefaultSpec { spec_id: -1 });
+    }
+    updates
+}
+
+fn apply(base: &Table, updates: Vec<TableUpdate>) -> Result<TableMetadata> {
+    let mut builder = base
+        .metadata()
+        .clone()
+        .into_builder(base.metadata_location().map(str::to_string));
+    for u in updates {
+        builder = u.apply(builder)?;
+    }
+    Ok(builder.build()?.metadata)
+}
+
+fn evolve(
+    base: &Table,
+    schema: Option<Schema>,
+    spec: Option<UnboundPartitionSpec>,
+) -> Result<TableMetadata> {
+    apply(base, schema_updates(schema, spec))
+}
+
+/// The summary of a snapshot adding `files` after `base`'s current one: Iceberg's standard
+/// added-* and total-* keys, and `extra`.
+fn summary(
+    staged: &TableMetadata,
+    base: &TableMetadata,
+    files: &[(i32, Vec<DataFile>)],
+    extra: HashMap<String, String>,
+) -> Summary {
+    let mut collector = SnapshotSummaryCollector::default();
+    for (spec_id, group) in files {
+        let spec = staged
+            .partition_spec_by_id(*spec_id)
+            .cloned()
+            .unwrap_or_else(|| staged.default_partition_spec().clone());
+        for f in group {
+            collector.add_file(f, staged.current_schema().clone(), spec.clone());
+        }
+    }
+    let mut props = extra;
+    props.extend(collector.build());
+    let previous = base
+        .current_snapshot()
+        .map(|s| s.summary().additional_properties.clone())
+        .unwrap_or_default();
+    let prev = |k: &str| {
+        previous
+            .get(k)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let added = |k: &str, props: &HashMap<String, String>| {
+        props
+            .get(k)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    for (total, add) in [
+        ("total-records", "added-records"),
+        ("total-data-files", "added-data-files"),
+        ("total-files-size", "added-files-size"),
+    ] {
+        let v = prev(total) + added(add, &props);
+        props.insert(total.to_string(), v.to_string());
+    }
+    for total in [
+        "total-delete-files",
+        "total-position-deletes",
+        "total-equality-deletes",
+    ] {
+        props.insert(total.to_string(), prev(total).to_string());
+    }
+    Summary {
+        operation: Operation::Append,
+        additional_properties: props,
+    }
+}
+
+/// A commit ready to send: the updates to `base` and the metadata they give.
+#[derive(Debug)]
+pub struct Prepared {
+    pub updates: Vec<TableUpdate>,
+    pub metadata: TableMetadata,
+}
+
+/// Build the new metadata: `base` plus the schema/spec changes plus a snapshot appending
+/// `append.files`. Writes the manifest and manifest list; commits nothing.
+pub async fn prepare(base: &Table, append: EvolvingAppend) -> Result<Prepared> {
+    if append.files.iter().all(|(_, f)| f.is_empty()) {
+        return Err(Error::Internal("an evolving append without files".into()));
+    }
+    let md = base.metadata();
+    if md.format_version() == FormatVersion::V1 {
+        return Err(Error::Unsupported(format!(
+            "schema or partition evolution of format-version 1 table {}",
+            base.identifier()
+        )));
+    }
+    let updates = schema_updates(append.schema, append.spec);
+    let staged = apply(base, updates.clone())?;
+    let snapshot_id = loop {
+        let (a, b) = uuid::Uuid::new_v4().as_u64_pair();
+        let id = ((a ^ b) >> 1) as i64;
+        if md.snapshot_by_id(id).is_none() {
+            break id;
+        }
+    };
+    let commit_id = uuid::Uuid::new_v4();
+    let io = base.file_io();
+    let meta_dir = format!("{}/metadata", md.location());
+    let summary = summary(&staged, md, &append.files, append.summary);
+    let mut written = Vec::new();
+    for (n, (spec_id, files)) in append.files.into_iter().enumerate() {
+        if files.is_empty() {
+            continue;
+        }
+        let spec = staged.partition_spec_by_id(spec_id).ok_or_else(|| {
+            Error::Internal(format!(
+                "table {} has no partition spec {spec_id}",
+                base.identifier()
+            ))
+        })?;
+        let path = format!("{meta_dir}/{commit_id}-m{n}.{}", DataFileFormat::Avro);
+        let mut writer = ManifestWriterBuilder::new(
+            io.new_output(&path)?,
+            Some(snapshot_id),
+            staged.current_schema().clone(),
+            spec.as_ref().clone(),
+        )
+        .build_v2_data();
+        for f in files {
+            // A negative sequence number: the entry inherits the snapshot's (format v2+).
+            writer.add_file(f, -1)?;
+        }
+        written.push(writer.write_manifest_file().await?);
+    }
+    let mut manifests = Vec::new();
+    if let Some(current) = md.current_snapshot() {
+        let list = base.manifest_list_reader(current).load().await?;
+        manifests.extend(list.entries().iter().cloned());
+    }
+    manifests.extend(written);
+    let sequence_number = md.next_sequence_number();
+    let list_path = format!(
+        "{meta_dir}/snap-{snapshot_id}-0-{commit_id}.{}",
+        DataFileFormat::Avro
+    );
+    let mut list = ManifestListWriter::v2(
+        io.new_output(&list_path)?.writer().await?,
+        snapshot_id,
+        md.current_snapshot_id(),
+        sequence_number,
+    );
+    list.add_manifests(manifests.into_iter())?;
+    list.close().await?;
+    let snapshot = Snapshot::builder()
+        .with_snapshot_id(snapshot_id)
+        .with_parent_snapshot_id(md.current_snapshot_id())
+        .with_sequence_number(sequence_number)
+        .with_timestamp_ms(chrono::Utc::now().timestamp_millis())
+        .with_manifest_list(list_path)
+        .with_summary(summary)
+        .with_schema_id(staged.current_schema_id())
+        .build();
+    let mut all = updates;
+    all.push(TableUpdate::AddSnapshot { snapshot });
+    all.push(TableUpdate::SetSnapshotRef {
+        ref_name: MAIN_BRANCH.to_string(),
+        reference: SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
+    });
+    let metadata = apply(base, all.clone())?;
+    Ok(Prepared {
+        updates: all,
+        metadata,
+    })
+}

@@ -1,0 +1,13 @@
+//! The lake: Iceberg plumbing with no SQL engine above it. Opening catalogs, local
+//! storage, writing data files, and the commit paths that turn files into snapshots.
+//!
+//! Uses only `error` and `schema`; `checkpoint`, `sink` and everything above build on it.
+
+pub mod commit;
+pub mod connect;
+pub mod storage;
+pub mod writer;
+
+pub use commit::Committer;
+pub use connect::{CatalogConfig, CatalogHandle, CatalogKind, connect, table_exists};
+pub use writer::TableWriter;
