@@ -18,12 +18,6 @@ use datafusion::sql::sqlparser::parser::ParserError;
 /// `Result` with floe's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// What task `what` returned; its panic (or cancellation) is an internal error naming it.
-pub async fn joined<T>(task: tokio::task::JoinHandle<Result<T>>, what: &str) -> Result<T> {
-    task.await
-        .map_err(|e| Error::Internal(format!("{what}: {e}")))?
-}
-
 /// Whose fault an error is, which decides what the caller does with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {

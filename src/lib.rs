@@ -35,6 +35,7 @@ pub mod session;
 pub mod sink;
 pub mod sql;
 pub mod stream;
+pub mod task;
 
 pub use error::{Error, Result};
 pub use session::{Output, Session};

@@ -20,6 +20,7 @@ use clap::Parser as ClapParser;
 use crate::error::{Error, Result};
 use crate::session::{Output, Session};
 use crate::sql::{Statement, split_statements};
+use crate::task::AbortOnDrop;
 pub use print::{Format, PrintOptions};
 
 /// floe: streaming SQL for the lakehouse, on Apache DataFusion and Apache Iceberg.
@@ -65,7 +66,7 @@ pub async fn main(args: Args) -> i32 {
     let print = args.print_options();
     let _metrics = match &args.metrics {
         Some(addr) => match metrics::serve(addr, session.clone()).await {
-            Ok(task) => Some(AbortOnDrop(task)),
+            Ok(task) => Some(AbortOnDrop::from(task)),
             Err(e) => {
                 eprintln!("Error: {e}");
                 return 2;
@@ -173,15 +174,6 @@ fn progress_line(rows: &[crate::stream::registry::JobRow]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" | ")
-}
-
-/// Aborts a background task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 fn report_failures(failures: Vec<(String, String)>) -> bool {

@@ -1,5 +1,85 @@
-//! Writing to Iceberg tables: per-table writers and the commit path.
+//! Writing a continuous job's rows to Iceberg tables: the [`Sink`] a job writes to (one
+//! table, [`table::TableTarget`], or the tables `ROUTE BY` picks, [`route::RoutedSink`]),
+//! each table's writer with its schema and partition evolution ([`table_sink::TableSink`]),
+//! and the dead-letter table.
+//!
+//! ```text
+//! job --write(source, rows)--> Sink --> TableSink per table --> lake::writer (files)
+//!      <--Outcome {rows, rejected}--        (rejected rows: the job's dead letters)
+//! checkpoint: flush -> close (PendingCommit per table) -> commit -> after_commit (new bases)
+//! ```
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::RecordBatch;
+use iceberg::TableIdent;
+use iceberg::table::Table;
+
+use crate::checkpoint::PendingCommit;
+use crate::error::{Reject, Result};
 
 pub mod dead_letter;
 pub mod route;
+pub mod table;
 pub mod table_sink;
+
+/// What a continuous job writes its query's output to.
+#[async_trait]
+pub trait Sink: Send {
+    /// Take `rows`, the query's output for records of `source`. Rows a table cannot take
+    /// come back in the outcome, or, from a sink that takes a batch whole, as
+    /// [`crate::Error::Record`] (the job then finds the bad rows by halving the batch).
+    /// A sink may gather rows and write them in a later call.
+    async fn write(&mut self, source: &str, rows: RecordBatch) -> Result<Outcome>;
+
+    /// Write what earlier calls gathered: the job is about to checkpoint.
+    async fn flush(&mut self) -> Result<Outcome>;
+
+    /// Close every table's files: what the checkpoint commits, per table.
+    async fn close(&mut self) -> Result<Vec<PendingCommit>>;
+
+    /// The tables as last committed, by identifier: what the next commit starts from.
+    fn known(&self) -> HashMap<TableIdent, Table>;
+
+    /// The checkpoint that committed `pending` is done; `committed` holds the tables as its
+    /// commits left them: each table's new base.
+    async fn after_commit(
+        &mut self,
+        pending: &[PendingCommit],
+        committed: &HashMap<TableIdent, Table>,
+    ) -> Result<()>;
+}
+
+/// What a write did: rows written (or gathered to be), and rows no table took.
+#[derive(Default)]
+pub struct Outcome {
+    pub rows: u64,
+    pub rejected: Vec<Rejected>,
+}
+
+impl Outcome {
+    /// Both outcomes, in order.
+    pub fn and(mut self, other: Outcome) -> Outcome {
+        self.rows += other.rows;
+        self.rejected.extend(other.rejected);
+        self
+    }
+}
+
+/// Rows that could not be routed or written, with why: they become dead letters.
+pub struct Rejected {
+    /// The source the rows' records came from.
+    pub source: String,
+    pub rows: RecordBatch,
+    pub reject: Reject,
+    /// The table the rows were meant for, when one was named.
+    pub table: Option<String>,
+}
+
+/// Whether `pending` (a checkpoint's commits) has one for `ident`.
+pub fn commits(pending: &[PendingCommit], ident: &TableIdent) -> bool {
+    pending
+        .iter()
+        .any(|p| p.table == ident.name() && p.namespace == ident.namespace().clone().inner())
+}

@@ -7,24 +7,16 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
-use super::job::{Job, JobState, JobStatus};
+use super::job::Job;
+use super::status::{JobState, JobStatus};
 use crate::error::{Error, Result};
+use crate::task::AbortOnDrop;
 
 struct Entry {
     status: Arc<JobStatus>,
     stop: watch::Sender<bool>,
-    task: Option<AbortOnDrop>,
-}
-
-/// A task handle that aborts the task when dropped.
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+    task: Option<AbortOnDrop<()>>,
 }
 
 /// One row of `SHOW JOBS`.
@@ -83,7 +75,7 @@ impl Jobs {
         let status = job.status.clone();
         let (stop, stop_rx) = watch::channel(false);
         let task_status = status.clone();
-        let task = tokio::spawn(async move {
+        let task = AbortOnDrop::spawn(async move {
             match job.run(stop_rx).await {
                 Ok(end) => task_status.set_state(end, None),
                 Err(e) => task_status.set_state(JobState::Failed, Some(e.to_string())),
@@ -98,13 +90,13 @@ impl Jobs {
             Entry {
                 status,
                 stop,
-                task: Some(AbortOnDrop(task)),
+                task: Some(task),
             },
         );
         Ok(())
     }
 
-    fn take_task(&self, name: &str) -> Result<Option<AbortOnDrop>> {
+    fn take_task(&self, name: &str) -> Result<Option<AbortOnDrop<()>>> {
         let mut jobs = self
             .jobs
             .lock()
@@ -119,7 +111,7 @@ impl Jobs {
     /// Stop `name`: it takes a final checkpoint, then ends. Returns its final state.
     pub async fn stop(&self, name: &str) -> Result<JobState> {
         if let Some(mut task) = self.take_task(name)? {
-            let _ = (&mut task.0).await;
+            let _ = (&mut task).await;
         }
         Ok(self
             .status_of(name)

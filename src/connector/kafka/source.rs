@@ -27,7 +27,6 @@ use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
-use tokio::task::JoinHandle;
 
 use super::context::ReaderContext;
 use super::discovery::{self, Discovered, Request, Start};
@@ -35,6 +34,7 @@ use super::records::{Raw, decode};
 use super::{KafkaOptions, StartupMode, TopicPartition, parse_offsets};
 use crate::connector::{Offsets, Poll, SourceReader};
 use crate::error::{Error, Result};
+use crate::task::AbortOnDrop;
 
 /// The longest a poll waits for messages.
 const POLL_WAIT: Duration = Duration::from_millis(100);
@@ -65,7 +65,7 @@ pub struct KafkaReader {
     missing: Vec<String>,
     /// The running discovery. Blocking work cannot be aborted: a reader dropped midway
     /// leaves it to end by its request timeout.
-    task: Option<JoinHandle<Result<Discovered, String>>>,
+    task: Option<AbortOnDrop<Result<Discovered, String>>>,
     next_discovery: Instant,
     /// Since when, and why, the source cannot be read.
     trouble: Option<(Instant, String)>,
@@ -114,7 +114,7 @@ impl KafkaReader {
             let consumer = self.consumer.clone();
             let options = self.options.clone();
             let timeout = REQUEST_TIMEOUT.min(self.options.error_timeout.max(RETRY));
-            self.task = Some(tokio::task::spawn_blocking(move || {
+            self.task = Some(AbortOnDrop::spawn_blocking(move || {
                 discovery::discover(&consumer, &options, &request, timeout)
             }));
         }

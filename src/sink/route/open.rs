@@ -1,0 +1,61 @@
+//! Opening a routed table on first sight: loaded, or created from its first rows' columns
+//! and the partition candidates they have.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
+
+use super::RouteOptions;
+use crate::error::Result;
+use crate::schema::iceberg_schema;
+use crate::sink::table_sink::{TableSink, spec_for};
+
+/// Tables opened or created at once when a poll names several new ones.
+pub(super) const PARALLEL_OPENS: usize = 8;
+
+/// What opening a routed table needs, apart from the sink's open writers (which must not be
+/// borrowed across the catalog calls).
+pub(super) struct Opener {
+    pub(super) catalog_name: String,
+    pub(super) catalog: Arc<dyn Catalog>,
+    pub(super) namespace: NamespaceIdent,
+    pub(super) options: RouteOptions,
+}
+
+impl Opener {
+    /// The table `name`: loaded, or created from the columns of its first rows.
+    pub(super) async fn open(&self, name: &str, rows: &RecordBatch) -> Result<TableSink> {
+        let ident = TableIdent::new(self.namespace.clone(), name.to_string());
+        let table = match self.catalog.load_table(&ident).await {
+            Ok(t) => t,
+            Err(e) if e.kind() == ErrorKind::TableNotFound => {
+                let schema = iceberg_schema(rows.schema().as_ref(), true)?;
+                let spec = spec_for(&schema, None, &self.options.candidates)?;
+                let creation = TableCreation::builder()
+                    .name(name.to_string())
+                    .schema(schema)
+                    .partition_spec_opt(spec)
+                    .properties(self.options.table_properties.clone())
+                    .build();
+                match self.catalog.create_table(&self.namespace, creation).await {
+                    Ok(t) => t,
+                    Err(e) if e.kind() == ErrorKind::TableAlreadyExists => {
+                        self.catalog.load_table(&ident).await?
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        };
+        Ok(TableSink::new(
+            &self.catalog_name,
+            &self.catalog,
+            table,
+            self.options.evolve,
+            self.options.candidates.clone(),
+        )
+        .deferred()
+        .with_case_insensitive(self.options.case_insensitive))
+    }
+}

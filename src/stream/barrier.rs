@@ -1,0 +1,139 @@
+//! The checkpoint barrier of a job, and the overlap of one checkpoint's commits with the
+//! reads of the next.
+//!
+//! ```text
+//! barrier:  flush the sink -> wait for the last checkpoint's commits -> close files
+//!           -> write the checkpoint record (durably) -> commit each table once, on a thread
+//!              of its own while the job reads on (awaited when the job ends)
+//! settle:   the commits are done -> each table's new base (sinks re-base what they staged
+//!           meanwhile) -> SHOW JOBS shows the checkpoint
+//! ```
+//!
+//! The next record waits for the last one's commits: recovery commits what the last record
+//! names, so it must name every table not yet committed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use iceberg::TableIdent;
+
+use super::job::Runner;
+use crate::checkpoint::{CheckpointRecord, commit_all};
+use crate::connector::Offsets;
+use crate::error::Result;
+use crate::task::{AbortOnDrop, joined};
+
+/// A checkpoint whose record is saved and whose tables are being committed, on a thread of
+/// its own while the job reads on. The next checkpoint's record is written only after these
+/// commits are done: recovery commits what the last record names, so it must name them all.
+pub(super) struct Committing {
+    record: CheckpointRecord,
+    /// How long the job paused for it (closing files, writing the record).
+    closed: Duration,
+    commits: Instant,
+    task: AbortOnDrop<Result<HashMap<TableIdent, iceberg::table::Table>>>,
+}
+
+impl Committing {
+    /// Whether its commits are done.
+    pub(super) fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Wait for its commits, whatever they give (a retry starts by committing the record
+    /// again: not while these still do).
+    pub(super) async fn wait(self) {
+        let _ = self.task.await;
+    }
+}
+
+impl Runner<'_> {
+    /// Close files, record the checkpoint durably, then commit each table once: on a thread
+    /// of its own while the job reads on, unless `last` (the job ends: the commits are
+    /// awaited). The previous checkpoint's commits are awaited first.
+    pub(super) async fn checkpoint(&mut self, last: bool) -> Result<()> {
+        let began = Instant::now();
+        let outcome = self.data.flush().await?;
+        self.take(outcome).await?;
+        self.settle().await?;
+        let offsets: BTreeMap<String, Offsets> = self
+            .readers
+            .iter()
+            .map(|(name, r, _)| (name.clone(), r.offsets()))
+            .collect();
+        let mut tables = self.data.close().await?;
+        tables.extend(self.dead.close().await?);
+        if tables.is_empty() && offsets == self.committed_offsets {
+            return Ok(());
+        }
+        let record = CheckpointRecord {
+            job: self.job.name.clone(),
+            checkpoint: self.checkpoint + 1,
+            time_ms: chrono::Utc::now().timestamp_millis(),
+            sources: offsets.clone(),
+            tables,
+            table_uuid: Some(self.identity.clone()),
+        };
+        self.job.store.save(&record)?;
+        self.checkpoint = record.checkpoint;
+        self.committed_offsets = offsets;
+        let mut known = self.data.known();
+        known.extend(self.dead.known());
+        let target = self.job.target.clone();
+        let (job, checkpoint, tables) = (
+            self.job.name.clone(),
+            record.checkpoint,
+            record.tables.clone(),
+        );
+        let runtime = tokio::runtime::Handle::current();
+        // The commits' own work (manifests, metadata) on another thread than the job's.
+        let task = AbortOnDrop::spawn_blocking(move || {
+            runtime.block_on(commit_all(
+                &target.catalog,
+                target.committer.as_deref(),
+                &tables,
+                &job,
+                checkpoint,
+                &known,
+            ))
+        });
+        self.committing = Some(Committing {
+            record,
+            closed: began.elapsed(),
+            commits: Instant::now(),
+            task,
+        });
+        if last {
+            self.settle().await?;
+        }
+        Ok(())
+    }
+
+    /// Wait for the commits under way, if any, and make the committed tables the sinks'
+    /// new bases.
+    pub(super) async fn settle(&mut self) -> Result<()> {
+        let Some(c) = self.committing.take() else {
+            return Ok(());
+        };
+        let committed = joined(c.task, "checkpoint commit task").await?;
+        let commit_ms = c.commits.elapsed().as_millis() as u64;
+        self.data.after_commit(&c.record.tables, &committed).await?;
+        self.dead.after_commit(&c.record.tables, &committed).await?;
+        let status = &self.job.status;
+        status
+            .commit_duration_ms
+            .store(commit_ms, Ordering::Relaxed);
+        // The pause the checkpoint made (closing files, the record) and its commits.
+        status
+            .checkpoint_duration_ms
+            .store(c.closed.as_millis() as u64 + commit_ms, Ordering::Relaxed);
+        status
+            .checkpoint
+            .store(c.record.checkpoint, Ordering::Relaxed);
+        status
+            .checkpoint_time_ms
+            .store(c.record.time_ms.max(0) as u64, Ordering::Relaxed);
+        Ok(())
+    }
+}
