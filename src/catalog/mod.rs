@@ -2,6 +2,7 @@
 //! metadata tables, scans of evolved tables, and the SQL column-list mapping.
 
 pub mod evolved_scan;
+pub mod jobs;
 pub mod metadata;
 pub mod provider;
 pub mod schema;

@@ -1,0 +1,133 @@
+//! Continuous jobs: `INSERT INTO ... SELECT ... FROM source` (with or without `ROUTE BY`)
+//! planned and launched, and `SHOW JOBS`.
+
+use std::sync::Arc;
+
+use datafusion::sql::parser::Statement as DFStatement;
+
+use super::{Output, Session};
+use crate::catalog::table::LakeTable;
+use crate::checkpoint::StateStore;
+use crate::error::{Error, Result};
+use crate::sink::route::RouteOptions;
+use crate::sql::Options;
+use crate::sql::statement::*;
+use crate::stream::job::Destination;
+use crate::stream::{ContinuousQuery, Job, JobStatus, QueryPlanner, Target};
+use datafusion::datasource::source_as_provider;
+use datafusion::logical_expr::LogicalPlan;
+
+impl Session {
+    /// `SHOW JOBS`: `SELECT * FROM floe.jobs`.
+    pub(super) async fn show_jobs(&self) -> Result<Output> {
+        self.run_text(&format!("SELECT * FROM {}", self.jobs_table))
+            .await
+    }
+
+    /// Start the continuous job for `stmt`, an `INSERT INTO target SELECT ...` that reads
+    /// sources.
+    pub(super) async fn start_job(&self, stmt: DFStatement) -> Result<Output> {
+        let planner = QueryPlanner::new(self.ctx.state(), stmt);
+        let (query, plan) = ContinuousQuery::try_new(planner, &self.sources()).await?;
+        let LogicalPlan::Dml(dml) = &plan else {
+            return Err(Error::Internal(format!(
+                "a continuous INSERT planned as {}",
+                plan.display()
+            )));
+        };
+        let provider = source_as_provider(&dml.target)?;
+        let lake = provider
+            .as_any()
+            .downcast_ref::<LakeTable>()
+            .ok_or_else(|| {
+                Error::Plan(format!(
+                    "a continuous INSERT writes an Iceberg table; {} is not one",
+                    dml.table_name
+                ))
+            })?;
+        let (default_catalog, _) = self.defaults();
+        let catalog_name = dml
+            .table_name
+            .catalog()
+            .map(str::to_string)
+            .unwrap_or(default_catalog);
+        let ident = lake.table().identifier().clone();
+        let target = Target {
+            catalog_name: catalog_name.clone(),
+            catalog: lake.catalog().clone(),
+            committer: self.committer(&catalog_name),
+            destination: Destination::Table(ident),
+        };
+        self.launch_job(target, query).await
+    }
+
+    /// `INSERT INTO ns SELECT ... ROUTE BY expr`: a continuous job routing each row to a
+    /// table of `ns`.
+    pub(super) async fn routed_insert(&self, s: RoutedInsert) -> Result<Output> {
+        let (catalog_name, namespace) = self.namespace_name(&s.namespace)?;
+        let catalog = self.iceberg(&catalog_name)?;
+        let options = Options::try_new(
+            format!("INSERT INTO {} ... ROUTE BY", s.namespace),
+            s.options,
+        )?;
+        let options = RouteOptions::try_new(options)?;
+        let planner = QueryPlanner::routed(self.ctx.state(), s.query, s.route);
+        if self.sources_read_by(planner.statement()).is_empty() {
+            return Err(Error::Plan(
+                "ROUTE BY runs as a continuous job: its SELECT must read a source (CREATE \
+                 SOURCE); to copy a table, INSERT INTO each target table"
+                    .to_string(),
+            ));
+        }
+        let (query, _) = ContinuousQuery::try_new(planner, &self.sources()).await?;
+        let target = Target {
+            catalog_name: catalog_name.clone(),
+            catalog,
+            committer: self.committer(&catalog_name),
+            destination: Destination::Routed { namespace, options },
+        };
+        self.launch_job(target, query).await
+    }
+
+    /// Start a continuous job writing `query`'s rows to `target`; with `table.dml-sync`,
+    /// wait for it to end.
+    pub(super) async fn launch_job(
+        &self,
+        target: Target,
+        query: ContinuousQuery,
+    ) -> Result<Output> {
+        let options = self.options();
+        let name = options
+            .pipeline_name
+            .clone()
+            .unwrap_or_else(|| format!("insert-into-{target}"));
+        let status = Arc::new(JobStatus::new(
+            name.clone(),
+            target.to_string(),
+            query.sources().map(|s| s.name.clone()).collect(),
+        ));
+        self.jobs.start(Job {
+            name: name.clone(),
+            target,
+            query,
+            interval: options.checkpoint_interval,
+            store: StateStore::new(&options.state_dir),
+            status,
+        })?;
+        if !options.dml_sync {
+            return Ok(Output::Done(format!("job '{name}' started")));
+        }
+        // Wait for the job; Ctrl-C stops it with a final checkpoint.
+        let (state, error) = tokio::select! {
+            end = self.jobs.wait(&name) => end,
+            _ = crate::interrupt::interrupted() => {
+                self.jobs.stop(&name).await?;
+                self.jobs.wait(&name).await
+            }
+        };
+        match error {
+            Some(e) => Err(Error::Plan(format!("job '{name}' failed: {e}"))),
+            None => Ok(Output::Done(format!("job '{name}' {state}"))),
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! A floe session: one DataFusion [`SessionContext`] with the Iceberg catalogs the user
+//! registered, and the one `match` that plans every statement. The statements' work is
+//! by concern: [`names`] (resolving names against the session's defaults), [`ddl`]
+//! (catalogs, namespaces, tables), [`sources`] (`CREATE SOURCE` and previews), [`jobs`]
+//! (continuous `INSERT`s, `SHOW JOBS` as `floe.jobs`).
+
+mod ddl;
+mod jobs;
+mod names;
+mod sources;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use datafusion::arrow::array::{RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::{
+    CatalogProvider, CatalogProviderList, MemorySchemaProvider, SchemaProvider,
+};
+use datafusion::execution::context::SessionContext;
+use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::prelude::SessionConfig;
+use datafusion::sql::parser::{DFParserBuilder, Statement as DFStatement};
+use datafusion::sql::sqlparser::ast::{Ident, ObjectName, Set, Statement as SQLStatement};
+
+use crate::catalog::jobs::{JOBS_SCHEMA, JobsTable};
+use crate::config::{FloeOptions, qualify_setting};
+use crate::connector::SourceRef;
+use crate::error::{Error, Result};
+use crate::lake::CatalogHandle;
+use crate::sql::{Statement, parse_sql};
+use crate::stream::Jobs;
+
+/// What a statement produced.
+#[derive(Debug)]
+pub enum Output {
+    /// Rows (possibly none) with their schema.
+    Rows(SchemaRef, Vec<RecordBatch>),
+    /// A statement with no rows; the text says what it did (`CREATE CATALOG`).
+    Done(String),
+}
+
+impl Output {
+    /// The number of rows in the output.
+    pub fn row_count(&self) -> usize {
+        match self {
+            Output::Rows(_, b) => b.iter().map(|b| b.num_rows()).sum(),
+            Output::Done(_) => 0,
+        }
+    }
+}
+
+/// A session: catalogs, settings, and the statements run in it.
+pub struct Session {
+    ctx: SessionContext,
+    catalog_list: Arc<SessionCatalogs>,
+    catalogs: RwLock<BTreeMap<String, CatalogHandle>>,
+    sources: RwLock<BTreeMap<String, SourceRef>>,
+    jobs: Arc<Jobs>,
+    /// Where `floe.jobs` is, by its full name.
+    jobs_table: String,
+}
+
+/// The session's DataFusion catalogs; unlike DataFusion's own list, one can be removed
+/// (`DROP CATALOG`).
+#[derive(Debug, Default)]
+struct SessionCatalogs {
+    catalogs: RwLock<BTreeMap<String, Arc<dyn CatalogProvider>>>,
+}
+
+impl SessionCatalogs {
+    fn deregister(&self, name: &str) -> Option<Arc<dyn CatalogProvider>> {
+        self.catalogs.write().ok()?.remove(name)
+    }
+}
+
+impl CatalogProviderList for SessionCatalogs {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn register_catalog(
+        &self,
+        name: String,
+        catalog: Arc<dyn CatalogProvider>,
+    ) -> Option<Arc<dyn CatalogProvider>> {
+        self.catalogs.write().ok()?.insert(name, catalog)
+    }
+
+    fn catalog_names(&self) -> Vec<String> {
+        self.catalogs
+            .read()
+            .map(|c| c.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn catalog(&self, name: &str) -> Option<Arc<dyn CatalogProvider>> {
+        self.catalogs.read().ok()?.get(name).cloned()
+    }
+}
+
+impl Default for Session {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Session {
+    /// A new session with no catalogs but DataFusion's in-memory default.
+    pub fn new() -> Self {
+        let config = SessionConfig::new()
+            .with_information_schema(true)
+            .with_create_default_catalog_and_schema(true)
+            .with_option_extension(FloeOptions::default());
+        let catalog_list = Arc::new(SessionCatalogs::default());
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_catalog_list(catalog_list.clone())
+            .with_default_features()
+            .build();
+        let ctx = SessionContext::new_with_state(state);
+        let jobs = Arc::new(Jobs::default());
+        // `floe.jobs` in the default catalog (a fresh one: neither registration can clash).
+        let schema = Arc::new(MemorySchemaProvider::new());
+        let _ = schema.register_table("jobs".into(), Arc::new(JobsTable::new(jobs.clone())));
+        let default_catalog = ctx
+            .state()
+            .config()
+            .options()
+            .catalog
+            .default_catalog
+            .clone();
+        if let Some(catalog) = ctx.catalog(&default_catalog) {
+            let _ = catalog.register_schema(JOBS_SCHEMA, schema);
+        }
+        Self {
+            ctx,
+            catalog_list,
+            catalogs: RwLock::new(BTreeMap::new()),
+            sources: RwLock::new(BTreeMap::new()),
+            jobs,
+            jobs_table: format!("{default_catalog}.{JOBS_SCHEMA}.jobs"),
+        }
+    }
+
+    /// The DataFusion context behind the session.
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// Parse and run every statement in `sql`, in order, stopping at the first error.
+    pub async fn sql(&self, sql: &str) -> Result<Vec<Output>> {
+        let mut out = Vec::new();
+        for stmt in parse_sql(sql)? {
+            out.push(self.execute(stmt).await?);
+        }
+        Ok(out)
+    }
+
+    /// Run one statement.
+    pub async fn execute(&self, stmt: Statement) -> Result<Output> {
+        match stmt {
+            Statement::DataFusion(s) => self.run_datafusion(*s).await,
+            Statement::CreateCatalog(s) => self.create_catalog(s).await,
+            Statement::DropCatalog(s) => self.drop_catalog(s),
+            Statement::ShowCatalogs => self.show_catalogs(),
+            Statement::CreateSchema(s) => self.create_schema(s).await,
+            Statement::DropSchema(s) => self.drop_schema(s).await,
+            Statement::ShowSchemas(s) => self.show_schemas(s).await,
+            Statement::CreateTable(s) => self.create_table(*s).await,
+            Statement::DropTable(s) => self.drop_table(s).await,
+            Statement::ShowTables(s) => self.show_tables(s).await,
+            Statement::Describe(s) => self.describe(s).await,
+            Statement::CreateSource(s) => self.create_source(*s).await,
+            Statement::DropSource(s) => self.drop_source(s),
+            Statement::ShowSources => self.show_sources(),
+            Statement::DescribeSource(s) => self.describe_source(s),
+            Statement::ShowJobs => self.show_jobs().await,
+            Statement::RoutedInsert(s) => self.routed_insert(*s).await,
+            Statement::StopJob(s) => {
+                let state = self.jobs.stop(&s.name).await?;
+                Ok(Output::Done(format!("job '{}' {state}", s.name)))
+            }
+        }
+    }
+
+    /// The session's continuous jobs.
+    pub fn jobs(&self) -> &Jobs {
+        &self.jobs
+    }
+
+    /// floe's settings as they are now.
+    pub fn options(&self) -> FloeOptions {
+        self.ctx
+            .state()
+            .config()
+            .options()
+            .extensions
+            .get::<FloeOptions>()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    async fn run_datafusion(&self, mut stmt: DFStatement) -> Result<Output> {
+        qualify_set(&mut stmt);
+        let is_insert =
+            matches!(&stmt, DFStatement::Statement(s) if matches!(**s, SQLStatement::Insert(_)));
+        let sources = self.sources_read_by(&stmt);
+        if is_insert && !sources.is_empty() {
+            return self.start_job(stmt).await;
+        }
+        let state = self.ctx.state();
+        let plan = if sources.iter().any(|s| s.is_inferred()) {
+            self.plan_over_previews(state, stmt, sources).await?
+        } else {
+            state.statement_to_plan(stmt).await?
+        };
+        let df = self.ctx.execute_logical_plan(plan).await?;
+        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+        let batches = df.collect().await?;
+        if schema.fields().is_empty() {
+            // SET, CREATE VIEW and the like: nothing to show.
+            return Ok(Output::Done("OK".into()));
+        }
+        Ok(Output::Rows(schema, batches))
+    }
+
+    /// Run SQL text that floe built (one of its statements printed back) through
+    /// DataFusion's own parser: used where a statement targets DataFusion's in-memory catalog.
+    async fn run_text(&self, sql: &str) -> Result<Output> {
+        let stmt = DFParserBuilder::new(sql).build()?.parse_statement()?;
+        self.run_datafusion(stmt).await
+    }
+}
+
+/// `SET key = value` with a key under no known prefix sets floe's setting of that name.
+fn qualify_set(stmt: &mut DFStatement) {
+    if let DFStatement::Statement(s) = stmt
+        && let SQLStatement::Set(Set::SingleAssignment { variable, .. }) = s.as_mut()
+    {
+        let key = variable.to_string().trim_matches('\'').to_string();
+        let full = qualify_setting(&key);
+        if full != key {
+            *variable = ObjectName::from(vec![Ident::with_quote('\'', full)]);
+        }
+    }
+}
+
+/// A result of string columns.
+pub(super) fn string_rows(names: &[&str], columns: Vec<Vec<String>>) -> Result<Output> {
+    let schema = Arc::new(Schema::new(
+        names
+            .iter()
+            .map(|n| Field::new(*n, DataType::Utf8, false))
+            .collect::<Vec<_>>(),
+    ));
+    let arrays = columns
+        .into_iter()
+        .map(|c| Arc::new(StringArray::from(c)) as _)
+        .collect();
+    let batch = RecordBatch::try_new(schema.clone(), arrays)
+        .map_err(|e| Error::Internal(format!("building a result: {e}")))?;
+    Ok(Output::Rows(schema, vec![batch]))
+}
+
+/// Take `name` out of `registry` (`DROP ... [IF EXISTS]`): whether it was there. Absent, it
+/// is an error naming it (`missing`), unless `if_exists`.
+pub(super) fn unregister<T>(
+    registry: &RwLock<BTreeMap<String, T>>,
+    name: &str,
+    if_exists: bool,
+    missing: impl FnOnce() -> String,
+) -> Result<bool> {
+    let removed = registry
+        .write()
+        .map(|mut m| m.remove(name).is_some())
+        .unwrap_or(false);
+    if !removed && !if_exists {
+        return Err(Error::NotFound(missing()));
+    }
+    Ok(removed)
+}
