@@ -372,6 +372,8 @@ fn catalog_config(mut options: Options) -> Result<CatalogConfig> {
             "catalog type '{ty}' is not supported: floe has 'type' = 'iceberg' catalogs"
         )));
     }
+    // Every other option is read before any is found missing: a misspelled key is named as
+    // unknown together with the key it misspells.
     let kind = options
         .take_choice("catalog-type", &["sql", "rest", "memory"])?
         .unwrap_or("sql");
@@ -381,13 +383,19 @@ fn catalog_config(mut options: Options) -> Result<CatalogConfig> {
         .map(|(k, v)| (format!("s3.{k}"), v))
         .collect();
     let kind = match kind {
-        "sql" => CatalogKind::Sql {
-            uri: options.require_str("uri")?,
-            warehouse: options.require_str("warehouse")?,
-            max_connections: options.take_positive("pool.max-connections")?,
-        },
+        "sql" => {
+            let uri = options.take_required("uri");
+            let warehouse = options.take_required("warehouse");
+            let max_connections = options.take_positive("pool.max-connections")?;
+            options.finish()?;
+            CatalogKind::Sql {
+                uri: uri.unwrap_or_default(),
+                warehouse: warehouse.unwrap_or_default(),
+                max_connections,
+            }
+        }
         "rest" => {
-            let mut props = BTreeMap::from([("uri".to_string(), options.require_str("uri")?)]);
+            let mut props = BTreeMap::new();
             for key in [
                 "warehouse",
                 "credential",
@@ -397,20 +405,24 @@ fn catalog_config(mut options: Options) -> Result<CatalogConfig> {
                 "prefix",
             ] {
                 if let Some(v) = options.take_str(key) {
-                    props.insert(key.into(), v);
+                    props.insert(key.to_string(), v);
                 }
             }
             // Extra HTTP headers, as iceberg-catalog-rest takes them.
             for (k, v) in options.take_prefixed("header.") {
                 props.insert(format!("header.{k}"), v);
             }
+            let uri = options.take_required("uri");
+            options.finish()?;
+            props.insert("uri".to_string(), uri.unwrap_or_default());
             CatalogKind::Rest { props }
         }
-        _ => CatalogKind::Memory {
-            warehouse: options.take_str("warehouse"),
-        },
+        _ => {
+            let warehouse = options.take_str("warehouse");
+            options.finish()?;
+            CatalogKind::Memory { warehouse }
+        }
     };
-    options.finish()?;
     Ok(CatalogConfig { kind, storage })
 }
 

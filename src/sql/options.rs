@@ -17,6 +17,9 @@ pub struct Options {
     entries: BTreeMap<String, String>,
     /// Every key (or `prefix*`) a reader asked for: the vocabulary for suggestions.
     known: Vec<String>,
+    /// Keys taken with [`Options::take_required`] that were absent: [`Options::finish`]
+    /// reports them, with the unknown keys (often the same key, misspelled).
+    missing: Vec<String>,
     /// What the options belong to, for messages (`CREATE CATALOG lake`).
     context: String,
 }
@@ -39,6 +42,7 @@ impl Options {
         Ok(Self {
             entries,
             known: Vec::new(),
+            missing: Vec::new(),
             context,
         })
     }
@@ -76,6 +80,17 @@ impl Options {
             ));
         }
         Err(Error::Option(msg))
+    }
+
+    /// Remove `key`, which the statement needs. When it is absent, [`Options::finish`] fails
+    /// naming it, together with the unknown keys: read every option, then finish, then use
+    /// the required ones (they are `Some` once `finish` succeeded).
+    pub fn take_required(&mut self, key: &str) -> Option<String> {
+        let v = self.take_str(key);
+        if v.is_none() {
+            self.missing.push(key.to_string());
+        }
+        v
     }
 
     /// Remove `key` and check it is one of `choices` (case-insensitive); returns the choice
@@ -165,10 +180,24 @@ impl Options {
         std::mem::take(&mut self.entries)
     }
 
-    /// Fail if any option was not read, naming each and suggesting the closest known key.
+    /// Fail if any option was not read, naming each and suggesting the closest known key,
+    /// or if a required one is missing (both are named when both happen).
     pub fn finish(self) -> Result<()> {
+        let missing = match self.missing.as_slice() {
+            [] => None,
+            keys => Some(format!(
+                "{} needs the option{} {}",
+                self.context,
+                if keys.len() == 1 { "" } else { "s" },
+                one_of(&keys.iter().map(String::as_str).collect::<Vec<_>>())
+                    .replace(" or ", " and ")
+            )),
+        };
         if self.entries.is_empty() {
-            return Ok(());
+            return match missing {
+                None => Ok(()),
+                Some(m) => Err(Error::Option(m)),
+            };
         }
         let mut parts = Vec::new();
         for key in self.entries.keys() {
@@ -180,13 +209,17 @@ impl Options {
         let mut known: Vec<&str> = self.known.iter().map(String::as_str).collect();
         known.sort_unstable();
         known.dedup();
-        Err(Error::Option(format!(
+        let unknown = format!(
             "unknown option{} in {}: {}; known options: {}",
             if parts.len() == 1 { "" } else { "s" },
             self.context,
             parts.join(", "),
             known.join(", ")
-        )))
+        );
+        Err(Error::Option(match missing {
+            None => unknown,
+            Some(m) => format!("{unknown}. And {m}"),
+        }))
     }
 }
 
@@ -321,6 +354,29 @@ mod tests {
         let mut o = bag(&[("type", "iceberg")]);
         let err = o.require_str("warehouse").unwrap_err().to_string();
         assert!(!err.contains("unknown"), "{err}");
+    }
+
+    #[test]
+    fn unknown_keys_are_reported_with_the_missing_ones() {
+        let mut o = bag(&[("type", "iceberg"), ("warehose", "w"), ("colour", "red")]);
+        assert_eq!(o.take_required("type").as_deref(), Some("iceberg"));
+        assert_eq!(o.take_required("uri"), None);
+        assert_eq!(o.take_required("warehouse"), None);
+        let err = o.finish().unwrap_err().to_string();
+        assert!(
+            err.contains("'warehose' (did you mean 'warehouse'?)"),
+            "{err}"
+        );
+        assert!(err.contains("'colour'"), "{err}");
+        assert!(
+            err.contains("needs the options 'uri' and 'warehouse'"),
+            "{err}"
+        );
+        let mut o = bag(&[("type", "iceberg")]);
+        o.take_required("type");
+        o.take_required("uri");
+        let err = o.finish().unwrap_err().to_string();
+        assert_eq!(err, "CREATE CATALOG c needs the option 'uri'");
     }
 
     #[test]
