@@ -108,7 +108,15 @@ pub struct SourceDef {
     pub schema: SchemaRef,
     pub connector: Connector,
     /// `WATERMARK FOR column AS expression`, if declared.
-    pub watermark: Option<crate::stream::watermark::WatermarkDef>,
+    pub watermark: Option<WatermarkDef>,
+}
+
+/// A source's watermark declaration: the event-time column and the watermark expression.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WatermarkDef {
+    pub column: String,
+    /// The expression over the source's columns, as parsed.
+    pub expr: datafusion::sql::sqlparser::ast::Expr,
 }
 
 /// The connectors floe has, with their parsed options.

@@ -11,13 +11,14 @@ use datafusion::sql::parser::Statement as DFStatement;
 
 use super::{Output, Session, string_rows, unregister};
 use crate::catalog::schema::arrow_schema_from_columns;
+use crate::connector::WatermarkDef;
 use crate::connector::{SourceDef, SourceRef};
 use crate::error::{Error, Result};
 use crate::schema::infer::{conform_preview, merge_schemas};
 use crate::sql::Options;
 use crate::sql::statement::*;
 use crate::stream::source_table::preview;
-use crate::stream::watermark::{WatermarkDef, WatermarkTracker};
+use crate::stream::watermark::WatermarkTracker;
 use crate::stream::{QueryPlanner, SourceTable};
 use datafusion::logical_expr::LogicalPlan;
 

@@ -16,19 +16,11 @@ use datafusion::execution::session_state::SessionState;
 use datafusion::functions_aggregate::expr_fn::max;
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::SessionContext;
-use datafusion::sql::sqlparser::ast::{Expr as SqlExpr, ExprWithAlias};
+use datafusion::sql::sqlparser::ast::ExprWithAlias;
 
 use super::slot::{BatchSlot, SlotTable};
 use crate::connector::SourceDef;
 use crate::error::{Error, Result};
-
-/// A source's watermark declaration: the event-time column and the watermark expression.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WatermarkDef {
-    pub column: String,
-    /// The expression over the source's columns, as parsed.
-    pub expr: SqlExpr,
-}
 
 /// Follows one source's watermark as batches go by.
 pub struct WatermarkTracker {
