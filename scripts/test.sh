@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of floe, installing and starting what the tests need (SeaweedFS,
 # PostgreSQL and the tansu Kafka broker, see scripts/test-env.sh):
-#   1. cargo fmt --check and cargo clippy (-D warnings)
+#   1. cargo fmt --check, cargo clippy (-D warnings) and cargo doc (links resolve)
 #   2. cargo test: unit tests, CLI tests (tests/cli.rs) and the sqllogictest files
 #   3. every script under sql/, each in a fresh folder (after seeding the Kafka topic that
 #      sql/kafka.sql reads and the Kinesis stream that sql/kinesis.sql reads)
@@ -31,6 +31,9 @@ cargo fmt --check
 
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets -- -D warnings
+
+step "cargo doc (every doc link resolves)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
 
 step "cargo test (unit, CLI, sqllogictest)"
 cargo test

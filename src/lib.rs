@@ -2,23 +2,52 @@
 //!
 //! A streaming SQL engine for the lakehouse, on Apache DataFusion and Apache Iceberg.
 //!
-//! ## Data path
+//! ## Ad-hoc statements
 //!
 //! ```text
 //!  SQL text --> sql::parser --> Statement --> session (one match over statements)
-//!                                   |                 |
-//!                 floe's own DDL ---+                 +--> DataFusion plan --> execute
-//!                 (catalogs, namespaces,                          |
-//!                  Iceberg tables, SHOW)            catalog::provider (tables looked up
-//!                                                   on demand: always fresh)
-//!                                                                 |
-//!                         scans: iceberg-datafusion (pushdown, pruning)
-//!                         inserts: sink::TableWriter --> data files --> sink::commit
-//!                                  (one fast_append snapshot per statement)
+//!                                  |                  |
+//!              floe's own DDL -----+                  +--> DataFusion plan --> execute
+//!              (session::ddl: catalogs,                          |
+//!               namespaces, tables, SHOW)          catalog::provider (tables looked up on
+//!                                                  demand: always fresh), floe.jobs
+//!                                                                |
+//!                        scans: iceberg-datafusion (pushdown, pruning), catalog::evolved_scan
+//!                        INSERT: lake::writer --> data files --> lake::commit (one snapshot)
 //! ```
 //!
-//! Continuous jobs (sources, `ROUTE BY`, checkpoints with exactly-once commits) build on
-//! the same writer and commit path; see `DESIGN` in the README.
+//! ## Continuous jobs
+//!
+//! ```text
+//!  connector (Kafka, Kinesis, files, datagen) --poll--> format (decode to Arrow; JSON shapes
+//!      inferred by schema::infer) --> stream::query (the job's SQL, planned per input schema
+//!      in the user's session, run per batch) --> sink::Sink
+//!          TableTarget: one table            RoutedSink: ROUTE BY, a table per value,
+//!                                            created on first sight
+//!      --> sink::table_sink per table (schema::evolve grows schema and partition spec)
+//!      --> lake::writer (Parquet files, invisible until committed)
+//!  rows no table takes (Error::Record) --> sink::dead_letter (committed with the data)
+//!  memory, I/O and outage errors --> the job retries from its last checkpoint
+//! ```
+//!
+//! ## Checkpoints: exactly once
+//!
+//! ```text
+//!  every checkpoint.interval (stream::barrier):
+//!    1. sinks flush and close their files            (nothing visible yet)
+//!    2. checkpoint::state: record {id, source offsets, files per table}, written durably
+//!    3. checkpoint::commit: each table committed once, summary {floe.job, floe.checkpoint};
+//!       a table that already holds this checkpoint is skipped (idempotent)
+//!       -- on a thread of its own while the job reads on; the next record waits for it
+//!  on start: read the record -> commit what a table lacks -> seek every source -> go on
+//! ```
+//!
+//! ## Layers
+//!
+//! `error < schema < lake < checkpoint < sink < stream < catalog/session < cli`: each uses
+//! only those to its left ([`task`], [`sql`], [`config`], [`connector`] and [`mod@format`] are
+//! used across them). New commit actions go in [`lake::commit`], new statements in
+//! [`session`], new operators in [`stream`].
 
 pub mod catalog;
 pub mod checkpoint;

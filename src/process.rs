@@ -46,7 +46,7 @@ const PURGE_DELAY: mi_option_t = 15;
 /// How long freed memory stays with the process before it goes back to the system, in ms.
 const PURGE_DELAY_MS: i64 = 100;
 
-/// Give freed memory back to the system after [`PURGE_DELAY_MS`] rather than mimalloc 3's
+/// Give freed memory back to the system after `PURGE_DELAY_MS` rather than mimalloc 3's
 /// second: a job allocates and frees its batches at hundreds of MB/s, so a second's worth of
 /// freed memory was a third of a routing job's resident memory; returning it sooner costs no
 /// throughput measurably (`cargo bench --bench routing`). A `MIMALLOC_PURGE_DELAY` set in

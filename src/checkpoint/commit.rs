@@ -83,7 +83,7 @@ const CONFLICT_ATTEMPTS: u32 = 10;
 /// Returns the table as committed, or `None` when nothing was committed. Files of a table that
 /// was dropped and re-created since are not committed to the new one. A commit another writer
 /// beat is tried again on the table as that writer left it (merging schema changes, see
-/// [`super::merge`]). `known` is the table as last seen, if it is (else it is loaded).
+/// [`crate::schema::merge`]). `known` is the table as last seen, if it is (else it is loaded).
 pub async fn commit_once(
     catalog: &Arc<dyn Catalog>,
     committer: Option<&Committer>,

@@ -1,7 +1,7 @@
 //! Schema evolution: fitting a batch's columns to a table's schema, and growing the schema
 //! where the batch has more.
 //!
-//! Rules (DESIGN, "Schema inference and evolution"):
+//! Rules:
 //! - a field the table lacks becomes an optional column (in nested structs too), with a new
 //!   field id after the table's last one; a column the batch lacks reads as NULL;
 //! - int widens to long, float to double, decimal to a larger precision (same scale);

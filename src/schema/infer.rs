@@ -1,4 +1,4 @@
-//! JSON schema inference, per record (DESIGN, "Schema inference and evolution").
+//! JSON schema inference, per record.
 //!
 //! Each record is scanned once, without building a value tree, into its *shape*: the type of
 //! every field that carries a value. Records of one shape share an Arrow schema (kept in a

@@ -3,7 +3,7 @@
 //! - [`promote`]: which column types may become which (Iceberg's promotions).
 //! - [`types`]: the Iceberg type of an Arrow column, type names for messages, field metadata.
 //! - [`infer`]: the shape of a JSON record, and merging shapes for previews.
-//! - [`evolve`]: the table schema a batch needs (new optional columns, widened types), and
+//! - [`mod@evolve`]: the table schema a batch needs (new optional columns, widened types), and
 //!   conforming a batch to a table's schema.
 //! - [`merge`]: merging a schema change with one another writer committed first.
 //! - [`partition`]: partition fields as SQL names them (`days(ts)`, `bucket(16, id)`).

@@ -1,5 +1,5 @@
 //! Iceberg's type promotion: the one rule for which column types may become which, used
-//! when a batch widens a table ([`super::evolve`]) and when two writers' schemas merge
+//! when a batch widens a table ([`mod@super::evolve`]) and when two writers' schemas merge
 //! ([`super::merge`]).
 //!
 //! ```text

@@ -1,7 +1,7 @@
 //! A floe session: one DataFusion [`SessionContext`] with the Iceberg catalogs the user
 //! registered, and the one `match` that plans every statement. The statements' work is
-//! by concern: [`names`] (resolving names against the session's defaults), [`ddl`]
-//! (catalogs, namespaces, tables), [`sources`] (`CREATE SOURCE` and previews), [`jobs`]
+//! by concern: `names` (resolving names against the session's defaults), `ddl`
+//! (catalogs, namespaces, tables), `sources` (`CREATE SOURCE` and previews), `jobs`
 //! (continuous `INSERT`s, `SHOW JOBS` as `floe.jobs`).
 
 mod ddl;

@@ -1,9 +1,8 @@
 //! Planning a continuous query's SQL for the schema its records have now.
 //!
-//! A source with inferred columns has no fixed schema: each record shape is its own schema
-//! (DESIGN, "SQL over records whose schema changes"). The query's SQL is planned again for
-//! each new shape, with DataFusion's own planner, over a view of the session's catalogs in
-//! which each source reads as a [`SlotTable`] of that shape. Names the query reads that a
+//! A source with inferred columns has no fixed schema: each record shape is its own Arrow
+//! schema. The query's SQL is planned again for each new shape, with DataFusion's own planner, over a view of the session's catalogs in
+//! which each source reads as a [`super::slot::SlotTable`] of that shape. Names the query reads that a
 //! shape lacks read as NULL: planning adds them as NULL-typed columns.
 
 use std::any::Any;

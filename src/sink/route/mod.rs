@@ -270,7 +270,7 @@ impl RoutedSink {
 
 #[async_trait]
 impl Sink for RoutedSink {
-    /// Gather `rows` (from `source`); route what is gathered once it is [`ROUTE_ROWS`].
+    /// Gather `rows` (from `source`); route what is gathered once it is `ROUTE_ROWS`.
     async fn write(&mut self, source: &str, rows: RecordBatch) -> Result<Outcome> {
         self.gathered_rows += rows.num_rows();
         self.gathered.push((source.to_string(), rows));

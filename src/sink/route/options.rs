@@ -29,7 +29,7 @@ pub struct RouteOptions {
     /// Data files open at once (one per table and partition written since the last
     /// checkpoint); beyond it the least recently written tables' files are closed.
     pub max_open_files: usize,
-    /// Routed rows gathered for the tables' next row groups, in bytes (see [`BUFFER_SIZE`]).
+    /// Routed rows gathered for the tables' next row groups, in bytes (default 128 MiB, `BUFFER_SIZE`).
     pub buffer_size: usize,
     /// Match top-level columns to tables' ignoring ASCII case.
     pub case_insensitive: bool,
