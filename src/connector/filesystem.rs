@@ -24,8 +24,8 @@ use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 
-use super::{Offsets, Poll, Reject, SourceReader, data_schema, source_rows};
-use crate::error::{Error, Result};
+use super::{BadRecord, Offsets, Poll, SourceReader, data_schema, source_rows};
+use crate::error::{Error, Reject, Result};
 use crate::format::{Decoder, Format};
 use crate::sql::Options;
 
@@ -138,11 +138,14 @@ impl FilesystemReader {
         let rejects = decoded
             .errors
             .iter()
-            .map(|(i, e)| Reject {
+            .map(|(i, e)| BadRecord {
                 partition: file.to_string(),
                 offset: number(*i),
                 payload: records[*i].to_vec(),
-                error: format!("{file} line {}: cannot decode the record: {e}", number(*i)),
+                reject: Reject::new(format!(
+                    "{file} line {}: cannot decode the record: {e}",
+                    number(*i)
+                )),
             })
             .collect();
         let inferred = self.options.decoder.is_inferred();
@@ -319,9 +322,9 @@ mod tests {
         assert_eq!(lines, vec![2, 3]);
         assert_eq!(rejects[1].payload, b"not json");
         assert!(
-            rejects[0].error.contains("x.json line 2"),
+            rejects[0].reject.reason.contains("x.json line 2"),
             "{}",
-            rejects[0].error
+            rejects[0].reject.reason
         );
     }
 

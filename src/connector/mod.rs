@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Reject, Result};
 use crate::format::Decoded;
 use crate::sql::Options;
 
@@ -32,7 +32,7 @@ pub type Offsets = BTreeMap<String, String>;
 
 /// A record the source could not decode: it goes to the dead-letter table.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Reject {
+pub struct BadRecord {
     /// The partition (Kafka partition, Kinesis shard, file) it came from.
     pub partition: String,
     /// Its offset (Kafka offset, sequence, line) in the partition.
@@ -40,7 +40,7 @@ pub struct Reject {
     /// The raw record.
     pub payload: Vec<u8>,
     /// Why it could not be read.
-    pub error: String,
+    pub reject: Reject,
 }
 
 /// The outcome of one poll.
@@ -51,7 +51,7 @@ pub enum Poll {
     /// (An inferred source gives one batch per record shape; a declared one, one batch.)
     Records {
         batches: Vec<RecordBatch>,
-        rejects: Vec<Reject>,
+        rejects: Vec<BadRecord>,
     },
     /// Nothing right now; poll again later.
     Idle,

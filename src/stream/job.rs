@@ -198,7 +198,7 @@ impl Job {
                             partition: Some(r.partition),
                             offset: i64::try_from(r.offset).ok(),
                             payload: r.payload,
-                            error: r.error,
+                            error: r.reject.to_string(),
                         })
                         .collect();
                     runner.dead_letter(letters).await?;

@@ -1,6 +1,6 @@
 //! Kafka messages into source rows: the payloads through the format's [`Decoder`], the
 //! metadata columns from the messages, and every message that cannot be a row as a
-//! [`Reject`] that says where it is (`<topic>:<partition>`, offset) and why.
+//! [`BadRecord`] that says where it is (`<topic>:<partition>`, offset) and why.
 
 use std::sync::Arc;
 
@@ -12,7 +12,8 @@ use datafusion::arrow::datatypes::SchemaRef;
 use super::{
     KEY_COLUMN, OFFSET_COLUMN, PARTITION_COLUMN, TIMESTAMP_COLUMN, TOPIC_COLUMN, TopicPartition,
 };
-use crate::connector::{Reject, source_rows};
+use crate::connector::{BadRecord, source_rows};
+use crate::error::Reject;
 use crate::error::Result;
 use crate::format::Decoder;
 
@@ -32,15 +33,15 @@ pub async fn decode(
     schema: &SchemaRef,
     decoder: &Decoder,
     raw: &[Raw],
-) -> Result<(Vec<RecordBatch>, Vec<Reject>)> {
+) -> Result<(Vec<RecordBatch>, Vec<BadRecord>)> {
     let check_key = schema.field_with_name(KEY_COLUMN).is_ok();
     let mut rejects = Vec::new();
     let mut good = Vec::with_capacity(raw.len());
-    let reject = |r: &Raw, why: String| Reject {
+    let reject = |r: &Raw, why: String| BadRecord {
         partition: r.tp.to_string(),
         offset: u64::try_from(r.offset).unwrap_or_default(),
         payload: r.payload.clone().unwrap_or_default(),
-        error: format!("{} offset {}: {why}", r.tp, r.offset),
+        reject: Reject::new(format!("{} offset {}: {why}", r.tp, r.offset)),
     };
     for (i, r) in raw.iter().enumerate() {
         match (&r.payload, &r.key) {
@@ -161,12 +162,18 @@ mod tests {
         assert_eq!(places, vec![("t:0", 8), ("t:0", 9), ("t:1", 3)]);
         assert!(
             rejects[0]
-                .error
+                .reject
+                .reason
                 .starts_with("t:0 offset 8: the record has no value")
         );
-        assert!(rejects[1].error.contains("cannot decode the record"));
+        assert!(
+            rejects[1]
+                .reject
+                .reason
+                .contains("cannot decode the record")
+        );
         assert_eq!(rejects[1].payload, b"{oops");
-        assert!(rejects[2].error.contains("key is not UTF-8"));
+        assert!(rejects[2].reject.reason.contains("key is not UTF-8"));
     }
 
     #[tokio::test]

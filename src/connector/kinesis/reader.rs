@@ -27,8 +27,8 @@ use super::client::{Failure, FailureKind, Fetched, StreamClient};
 use super::options::{BoundedMode, KinesisOptions, StartupMode};
 use super::shards::{Position, ShardTracker};
 use super::{ARRIVAL_COLUMN, PARTITION_KEY_COLUMN, SEQUENCE_COLUMN, SHARD_COLUMN};
-use crate::connector::{Offsets, Poll, Reject, SourceReader, source_rows};
-use crate::error::{Error, Result};
+use crate::connector::{BadRecord, Offsets, Poll, SourceReader, source_rows};
+use crate::error::{Error, Reject, Result};
 
 /// Least time between two GetRecords calls on one shard (Kinesis allows five a second).
 const SHARD_GAP: Duration = Duration::from_millis(200);
@@ -345,15 +345,15 @@ impl KinesisReader {
             .iter()
             .map(|(i, e)| {
                 let seq = records[*i].sequence_number();
-                Reject {
+                BadRecord {
                     partition: shard.to_string(),
                     // Sequence numbers (up to 128 digits) do not fit; the error names it.
                     offset: 0,
                     payload: data[*i].to_vec(),
-                    error: format!(
+                    reject: Reject::new(format!(
                         "{} shard {shard} sequence number {seq}: cannot decode the record: {e}",
                         self.options.describe()
-                    ),
+                    )),
                 }
             })
             .collect();
@@ -537,9 +537,9 @@ mod tests {
         assert_eq!(rejects.len(), 1);
         assert_eq!(rejects[0].partition, "s0");
         assert!(
-            rejects[0].error.contains("sequence number 12"),
+            rejects[0].reject.reason.contains("sequence number 12"),
             "{}",
-            rejects[0].error
+            rejects[0].reject.reason
         );
         assert_eq!(
             r.offsets()["s0"],
