@@ -1,11 +1,10 @@
 //! The DataFusion side of Iceberg catalogs: providers that look tables up on demand,
-//! metadata tables, scans of evolved tables, and the SQL column-list mapping.
+//! metadata tables, scans of evolved tables, and `floe.jobs`.
 
 pub mod evolved_scan;
 pub mod jobs;
 pub mod metadata;
 pub mod provider;
-pub mod schema;
 pub mod table;
 
 pub use provider::LakeCatalogProvider;

@@ -10,10 +10,10 @@ use iceberg::spec::{Schema as IcebergSchema, Transform};
 use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 
+use super::columns::schema_from_columns;
 use super::{Output, Session, string_rows, unregister};
 use crate::catalog::LakeCatalogProvider;
 use crate::catalog::jobs::JOBS_SCHEMA;
-use crate::catalog::schema::schema_from_columns;
 use crate::error::{Error, Result};
 use crate::lake::{CatalogConfig, CatalogKind, connect, table_exists};
 use crate::schema::partition::partition_spec;

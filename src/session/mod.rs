@@ -4,6 +4,7 @@
 //! (catalogs, namespaces, tables), `sources` (`CREATE SOURCE` and previews), `jobs`
 //! (continuous `INSERT`s, `SHOW JOBS` as `floe.jobs`).
 
+mod columns;
 mod ddl;
 mod jobs;
 mod names;

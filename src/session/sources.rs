@@ -9,8 +9,8 @@ use datafusion::datasource::MemTable;
 use datafusion::execution::session_state::SessionState;
 use datafusion::sql::parser::Statement as DFStatement;
 
+use super::columns::arrow_schema_from_columns;
 use super::{Output, Session, string_rows, unregister};
-use crate::catalog::schema::arrow_schema_from_columns;
 use crate::connector::WatermarkDef;
 use crate::connector::{SourceDef, SourceRef};
 use crate::error::{Error, Result};
