@@ -5,6 +5,7 @@
 
 pub mod commit;
 pub mod connect;
+pub mod runtime;
 pub mod storage;
 pub mod writer;
 

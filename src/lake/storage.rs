@@ -38,21 +38,18 @@ impl StorageFactory for LocalStorageFactory {
 pub struct LocalStorage;
 
 thread_local! {
-    /// This thread is a blocking one whose file system calls run right here.
+    /// This thread's file system calls run right here.
     static INLINE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Run `f` (on a thread of the blocking pool, doing one thing at a time) with the file
-/// system calls it makes run on this thread rather than on another of the pool: fewer
-/// threads, each of which keeps allocator memory of its own.
-pub fn with_inline_io<T>(f: impl FnOnce() -> T) -> T {
-    let before = INLINE.replace(true);
-    let out = f();
-    INLINE.set(before);
-    out
+/// Make the file system calls of this thread run on it rather than on another of the
+/// blocking pool: for the write runtime's workers ([`super::runtime`]), which are meant to
+/// be busy (fewer threads, each of which keeps allocator memory of its own).
+pub fn run_io_inline() {
+    INLINE.set(true);
 }
 
-/// Run `f` on the blocking pool (or right here, see [`with_inline_io`]). `LocalFsStorage`'s
+/// Run `f` on the blocking pool (or right here, see [`run_io_inline`]). `LocalFsStorage`'s
 /// futures never wait on anything but the file system, so they are driven to completion
 /// right there.
 async fn blocking<T, F>(f: F) -> Result<T>

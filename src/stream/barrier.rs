@@ -22,6 +22,7 @@ use super::job::Runner;
 use crate::checkpoint::{CheckpointRecord, commit_all};
 use crate::connector::Offsets;
 use crate::error::Result;
+use crate::lake::runtime;
 use crate::task::{AbortOnDrop, joined};
 
 /// A checkpoint whose record is saved and whose tables are being committed, on a thread of
@@ -86,17 +87,17 @@ impl Runner<'_> {
             record.checkpoint,
             record.tables.clone(),
         );
-        let runtime = tokio::runtime::Handle::current();
-        // The commits' own work (manifests, metadata) on another thread than the job's.
-        let task = AbortOnDrop::spawn_blocking(move || {
-            runtime.block_on(commit_all(
+        // The commits' own work (manifests, metadata) on the write runtime.
+        let task = runtime::spawn(async move {
+            commit_all(
                 &target.catalog,
                 target.committer.as_deref(),
                 &tables,
                 &job,
                 checkpoint,
                 &known,
-            ))
+            )
+            .await
         });
         self.committing = Some(Committing {
             record,

@@ -1,12 +1,11 @@
 //! Keeping a routed job's memory and open files bounded: gathered rows become row groups,
-//! files close, all on a few blocking threads while the job reads on.
+//! files close, all on the write runtime (`lake::runtime`) while the job reads on.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use super::RoutedSink;
-use crate::error::{Error, Result};
-use crate::lake::storage::with_inline_io;
+use crate::error::Result;
+use crate::lake::runtime;
 use crate::sink::table_sink::{Unwritten, Written};
 use crate::task::{AbortOnDrop, joined};
 
@@ -19,39 +18,18 @@ pub(super) struct Closing {
     pub(super) task: AbortOnDrop<Result<WrittenTables>>,
 }
 
-/// Write `unwritten` (per table) on the blocking pool, on a few threads per core, each
-/// taking the next table when done (few threads: each keeps the memory its work allocated
-/// for its next work, rather than every thread of the pool keeping some).
+/// Write `unwritten` (per table) on the write runtime, a table a task: its workers take
+/// the next table when done.
 pub(super) async fn write_unwritten(unwritten: Vec<(String, Unwritten)>) -> Result<WrittenTables> {
-    if unwritten.is_empty() {
-        return Ok(Vec::new());
-    }
-    let runtime = tokio::runtime::Handle::current();
-    let threads = std::thread::available_parallelism().map_or(2, |n| 2 * n.get());
-    let queue = Arc::new(std::sync::Mutex::new(unwritten));
-    let closers: Vec<_> = (0..threads)
-        .map(|_| {
-            let (queue, runtime) = (queue.clone(), runtime.clone());
-            AbortOnDrop::spawn_blocking(move || {
-                let mut closed = Vec::new();
-                loop {
-                    let next = queue
-                        .lock()
-                        .map_err(|_| Error::Internal("a table's files failed to close".into()))?
-                        .pop();
-                    let Some((name, u)) = next else {
-                        return Ok::<_, Error>(closed);
-                    };
-                    closed.push((name, with_inline_io(|| runtime.block_on(u.write()))?));
-                }
-            })
-        })
+    let writes: Vec<_> = unwritten
+        .into_iter()
+        .map(|(name, u)| runtime::spawn(async move { Ok((name, u.write().await?)) }))
         .collect();
-    let mut closed = Vec::new();
-    for c in closers {
-        closed.extend(joined(c, "writing tables' files").await?);
+    let mut written = Vec::with_capacity(writes.len());
+    for w in writes {
+        written.push(joined(w, "writing a table's files").await?);
     }
-    Ok(closed)
+    Ok(written)
 }
 
 /// A table's gathered rows become a row group of its file at this size (in Arrow), or at a
