@@ -168,6 +168,16 @@ impl Error {
         }
     }
 
+    /// Whether asking again later may succeed: an external failure, unless it is a catalog
+    /// database error that says it will not (a missing catalog table, a violated
+    /// constraint), which a retry would only repeat.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Catalog { retryable, .. } => *retryable,
+            _ => self.kind() == ErrorKind::External,
+        }
+    }
+
     /// Whether the records that raised this error are at fault (they go to the dead-letter
     /// table), rather than the system or the statement.
     pub fn is_record(&self) -> bool {
@@ -344,6 +354,7 @@ mod tests {
         ] {
             let err = Error::catalog_database("committing t", e);
             assert_eq!(err.kind(), ErrorKind::External);
+            assert_eq!(err.is_retryable(), retryable, "{err}");
             assert!(matches!(err, Error::Catalog { retryable: r, .. } if r == retryable));
             assert!(err.to_string().starts_with("committing t: "), "{err}");
         }

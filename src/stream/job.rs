@@ -23,7 +23,7 @@ use super::status::{JobState, JobStatus};
 use super::watermark::WatermarkTracker;
 use crate::checkpoint::{StateStore, commit_all};
 use crate::connector::{Offsets, Poll, SourceReader};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::lake::Committer;
 use crate::sink::dead_letter::{self, DeadLetter, DeadLetters, letters_of, row_json};
 use crate::sink::route::{RouteOptions, RoutedSink};
@@ -109,17 +109,18 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 impl Job {
     /// Run until the sources end or `stop` turns true; the last step is always a checkpoint.
     ///
-    /// When a catalog, store or source fails, the job shows `retrying` with the error and
-    /// starts again from its last checkpoint after a growing pause: recovery commits what a
-    /// table lacks and resumes the sources, so a retry neither loses nor duplicates. Errors in
-    /// the job itself (a bad plan) end it as `failed`.
+    /// When a catalog, store or source fails, or memory runs out ([`Error::is_retryable`]),
+    /// the job shows `retrying` with the error and starts again from its last checkpoint
+    /// after a growing pause: recovery commits what a table lacks and resumes the sources, so
+    /// a retry neither loses nor duplicates. Errors in the job itself (a bad plan) and
+    /// failures that say a retry cannot help end it as `failed`.
     pub async fn run(self, mut stop: watch::Receiver<bool>) -> Result<JobState> {
         let mut backoff = FIRST_BACKOFF;
         loop {
             let started = Instant::now();
             match self.run_once(&mut stop).await {
                 Ok(end) => return Ok(end),
-                Err(e) if e.kind() == ErrorKind::External => {
+                Err(e) if e.is_retryable() => {
                     if started.elapsed() > MAX_BACKOFF {
                         backoff = FIRST_BACKOFF;
                     }
