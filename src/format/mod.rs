@@ -25,6 +25,7 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use crate::error::{Error, Result};
 use crate::schema::infer::{ShapeCache, record_shape, shape_key};
 use crate::sql::Options;
+use crate::sql::options::unsupported;
 use avro::AvroDecoder;
 
 /// How records are laid out.
@@ -143,10 +144,11 @@ impl Decoder {
                 Format::Raw
             }
             other => {
-                return Err(Error::Option(format!(
-                    "'format' = '{other}' is not supported; use 'json', 'csv', 'raw', 'avro', \
-                     'avro-confluent' or 'avro-glue'"
-                )));
+                return Err(unsupported(
+                    "format",
+                    other,
+                    &["json", "csv", "raw", "avro", "avro-confluent", "avro-glue"],
+                ));
             }
         };
         Ok(Self {

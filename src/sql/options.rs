@@ -101,10 +101,7 @@ impl Options {
         };
         match choices.iter().find(|c| c.eq_ignore_ascii_case(v.trim())) {
             Some(c) => Ok(Some(*c)),
-            None => Err(Error::Option(format!(
-                "'{key}' = '{v}' is not supported; use {}",
-                one_of(choices)
-            ))),
+            None => Err(unsupported(key, &v, choices)),
         }
     }
 
@@ -236,6 +233,15 @@ impl fmt::Display for Options {
         }
         Ok(())
     }
+}
+
+/// The error for option `key` given a `value` outside `choices`: the one wording of it, for
+/// readers whose choices carry more than a name (a mode with its own options).
+pub fn unsupported(key: &str, value: &str, choices: &[&str]) -> Error {
+    Error::Option(format!(
+        "'{key}' = '{value}' is not supported; use {}",
+        one_of(choices)
+    ))
 }
 
 /// `'a', 'b' or 'c'`: the choices an option takes, for messages.

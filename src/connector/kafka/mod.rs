@@ -48,6 +48,7 @@ use super::data_schema;
 use crate::error::{Error, Result};
 use crate::format::Decoder;
 use crate::sql::Options;
+use crate::sql::options::unsupported;
 
 /// Parsed `kafka` options.
 #[derive(Debug, Clone)]
@@ -278,10 +279,16 @@ fn startup_mode(
             ));
         }
         (Some(other), None) => {
-            return Err(Error::Option(format!(
-                "'scan.startup.mode' = '{other}' is not supported; use 'earliest-offset', \
-                 'latest-offset', 'group-offsets' or 'timestamp'"
-            )));
+            return Err(unsupported(
+                "scan.startup.mode",
+                other,
+                &[
+                    "earliest-offset",
+                    "latest-offset",
+                    "group-offsets",
+                    "timestamp",
+                ],
+            ));
         }
     };
     Ok(mode)

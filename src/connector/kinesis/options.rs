@@ -14,6 +14,7 @@ use crate::connector::data_schema;
 use crate::error::{Error, Result};
 use crate::format::Decoder;
 use crate::sql::Options;
+use crate::sql::options::unsupported;
 
 /// Default time between two listings of the stream's shards.
 const DISCOVERY_INTERVAL: Duration = Duration::from_secs(10);
@@ -104,10 +105,11 @@ impl KinesisOptions {
                 StartupMode::AtTimestamp(parse_timestamp(&ts)?)
             }
             Some(other) => {
-                return Err(Error::Option(format!(
-                    "'scan.startup.mode' = '{other}' is not supported; use 'trim-horizon', \
-                     'latest' or 'at-timestamp'"
-                )));
+                return Err(unsupported(
+                    "scan.startup.mode",
+                    other,
+                    &["trim-horizon", "latest", "at-timestamp"],
+                ));
             }
         };
         if !matches!(startup, StartupMode::AtTimestamp(_))
