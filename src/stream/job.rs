@@ -1,12 +1,12 @@
-//! One continuous job: poll sources, run the query, write the target table, checkpoint.
+//! One continuous job's poll loop: poll sources, run the query, write to the sink.
 //!
 //! ```text
-//! loop:  poll a source -> run the query on the batch -> write rows (files stay invisible)
-//!        every checkpoint.interval, at the end of bounded sources, and on STOP:
-//!          wait for the last checkpoint's commits -> close files
-//!          -> write the checkpoint record -> commit each table once (on a thread of its
-//!             own while the loop goes on; awaited at the end)
-//! start: last record -> commit what the table lacks -> seek sources -> loop
+//! start: last record -> commit what the tables lack -> seek sources -> loop
+//! loop:  poll a source -> run the query on the batch -> Sink::write (files stay invisible)
+//!        rows that fail (Error::Record): the batch is halved until they are found, then
+//!        dead-lettered; every checkpoint.interval, at the end of bounded sources and on
+//!        STOP: the barrier (stream::barrier)
+//! fail:  retryable errors (Error::is_retryable) -> `retrying`, start again after a pause
 //! ```
 
 use std::collections::{BTreeMap, HashMap};
