@@ -260,3 +260,37 @@ async fn set_reaches_the_plans_a_job_runs() {
     let sizes = first_column(&session, "SELECT DISTINCT order_id FROM lake.e.t").await;
     assert_eq!(sizes, vec!["1234".to_string()]);
 }
+
+/// A route value that names no table at all (a struct cannot be text): every row becomes a
+/// dead letter with the reason; none is lost and the job goes on to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_whose_route_names_no_table_are_dead_letters() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = session(dir.path()).await;
+    let (states, error) = run_job(
+        &session,
+        "SET 'pipeline.name' = 'structs';
+         INSERT INTO lake.r SELECT order_id, region FROM gen ROUTE BY named_struct('r', region)",
+    )
+    .await;
+    assert_eq!(
+        states.last().map(String::as_str),
+        Some("finished"),
+        "{error:?}"
+    );
+    let letters = first_column(&session, "SELECT error FROM lake.r.dead_letters").await;
+    assert_eq!(letters.len(), ROWS as usize);
+    assert!(
+        letters
+            .iter()
+            .all(|e| e.contains("ROUTE BY value is not text")),
+        "{:?}",
+        &letters[..1]
+    );
+    let tables = rows(&session, "SHOW TABLES IN lake.r").await;
+    assert_eq!(
+        tables.matches("| lake ").count(),
+        1,
+        "only dead_letters: {tables}"
+    );
+}

@@ -149,7 +149,24 @@ impl RoutedSink {
             .iter()
             .map(|b| b.column(route_at).as_ref())
             .collect();
-        let groups = Groups::of(&routes)?;
+        let groups = match Groups::of(&routes) {
+            Ok(g) => g,
+            // Route values that name no table at all (a struct, say): every row of the run
+            // is a dead letter, none is lost.
+            Err(Error::Record(reject)) => {
+                let rejected = data
+                    .into_iter()
+                    .map(|rows| Rejected {
+                        source: source.to_string(),
+                        rows,
+                        reject: reject.clone(),
+                        table: None,
+                    })
+                    .collect();
+                return Ok(Outcome { rows: 0, rejected });
+            }
+            Err(e) => return Err(e),
+        };
         let mut rejected = Vec::new();
         // Each table's rows, in slices of the routed batches.
         let mut slices: Vec<(String, RecordBatch)> = Vec::new();
