@@ -18,7 +18,7 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, ListArray, RecordBatch, RecordBatchOptions, StructArray,
     new_null_array,
 };
-use datafusion::arrow::compute::cast;
+use datafusion::arrow::compute::{CastOptions, cast, cast_with_options};
 use datafusion::arrow::datatypes::Int64Type;
 use datafusion::arrow::datatypes::{
     DataType, Field, FieldRef, Fields, Schema as ArrowSchema, SchemaRef,
@@ -294,6 +294,11 @@ fn arrow_primitive(t: &DataType) -> Option<PrimitiveType> {
 /// Whether values of Arrow type `t` go into a column of `p` without loss.
 fn fits(p: &PrimitiveType, t: &DataType) -> bool {
     use PrimitiveType as P;
+    // A decimal with more fraction digits than the column's would be rounded: not lossless.
+    // (More integer digits than the column has fail the conversion, value by value.)
+    if let (P::Decimal { scale, .. }, DataType::Decimal128(_, s)) = (p, t) {
+        return i64::from(*s) <= i64::from(*scale);
+    }
     matches!(
         (p, t),
         (P::Boolean, DataType::Boolean)
@@ -571,6 +576,12 @@ fn conform_column(
     conform_array(target, &columns[pos])
 }
 
+/// Conversions that fail on a value that does not fit, rather than make it NULL.
+const UNSAFE_CAST: CastOptions<'static> = CastOptions {
+    safe: false,
+    format_options: datafusion::arrow::util::display::FormatOptions::new(),
+};
+
 /// `column` as values of `target`'s type: struct fields matched by name, list elements
 /// likewise, other types converted; a value that does not convert is an [`Error::Record`].
 pub fn conform_array(target: &Field, column: &ArrayRef) -> Result<ArrayRef> {
@@ -613,7 +624,9 @@ pub fn conform_array(target: &Field, column: &ArrayRef) -> Result<ArrayRef> {
             ))
         }
         _ if column.data_type() == target.data_type() => Ok(column.clone()),
-        _ => cast(column, target.data_type()).map_err(|e| {
+        // Never the default safe cast, which writes NULL where a value does not fit (a
+        // decimal too large for the column's precision): such a value is the record's fault.
+        _ => cast_with_options(column, target.data_type(), &UNSAFE_CAST).map_err(|e| {
             Error::Record(
                 Reject::new(format!(
                     "column '{}' ({}) cannot be written as {}: {e}",
@@ -934,5 +947,50 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn decimals_convert_losslessly_or_not_at_all() {
+        use datafusion::arrow::array::Decimal128Array;
+        let table = |precision, scale| {
+            Schema::builder()
+                .with_fields(vec![
+                    NestedField::optional(
+                        1,
+                        "d",
+                        Type::Primitive(PrimitiveType::Decimal { precision, scale }),
+                    )
+                    .into(),
+                ])
+                .build()
+                .unwrap()
+        };
+        let decimals = |values: Vec<i128>, p: u8, s: i8| -> ArrayRef {
+            Arc::new(
+                Decimal128Array::from(values)
+                    .with_precision_and_scale(p, s)
+                    .unwrap(),
+            )
+        };
+        // More fraction digits than the column's would be rounded: incompatible.
+        let b = batch(vec![("d", decimals(vec![1234], 10, 3))]);
+        let err = evolve(&table(10, 2), 1, b.schema().as_ref(), b.columns()).unwrap_err();
+        assert!(err.reason.contains("without loss"), "{err}");
+        // Fewer fraction digits fit; a value with too many integer digits is a record's
+        // fault, not a NULL.
+        let t = table(10, 4);
+        let b = batch(vec![("d", decimals(vec![125, 1_234_567_890], 10, 2))]);
+        assert!(
+            evolve(&t, 1, b.schema().as_ref(), b.columns())
+                .unwrap()
+                .is_none()
+        );
+        let err = conform(&t, &b).unwrap_err();
+        assert!(matches!(err, Error::Record(_)), "{err}");
+        let fits = conform(&t, &b.slice(0, 1)).unwrap();
+        let d = fits
+            .column(0)
+            .as_primitive::<datafusion::arrow::datatypes::Decimal128Type>();
+        assert_eq!(d.value(0), 12_500, "1.25 as decimal(10, 4)");
     }
 }
