@@ -294,3 +294,32 @@ async fn rows_whose_route_names_no_table_are_dead_letters() {
         "only dead_letters: {tables}"
     );
 }
+
+/// A route value naming the dead-letter table: its rows are dead letters with the reason,
+/// the other rows go to their tables, and the dead-letter table keeps its own columns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_value_cannot_name_the_dead_letter_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = session(dir.path()).await;
+    let (states, error) = run_job(
+        &session,
+        "SET 'pipeline.name' = 'reserved';
+         INSERT INTO lake.q SELECT order_id FROM gen
+         ROUTE BY CASE WHEN order_id % 2 = 0 THEN 'Dead-Letters' ELSE 'odd' END",
+    )
+    .await;
+    assert_eq!(
+        states.last().map(String::as_str),
+        Some("finished"),
+        "{error:?}"
+    );
+    let letters = first_column(&session, "SELECT error FROM lake.q.dead_letters").await;
+    assert_eq!(letters.len(), ROWS as usize / 2);
+    assert!(
+        letters[0].contains("names table 'dead_letters', this job's dead-letter table"),
+        "{}",
+        letters[0]
+    );
+    let odd = rows(&session, "SELECT count(*) AS n FROM lake.q.odd").await;
+    assert!(odd.contains(&format!("| {} |", ROWS / 2)), "{odd}");
+}

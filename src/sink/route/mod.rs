@@ -195,6 +195,24 @@ impl RoutedSink {
             }
             vec![sorted]
         };
+        // A route value may not name the dead-letter table: its rows would share that table,
+        // and its checkpoint two commits for it.
+        let reserved = &self.options.dead_letter_table;
+        let is_reserved =
+            |name: &String| name == reserved || table_name(reserved).as_ref() == Some(name);
+        let (reserved_rows, kept): (Vec<_>, Vec<_>) =
+            slices.into_iter().partition(|(name, _)| is_reserved(name));
+        slices = kept;
+        for (name, rows) in reserved_rows {
+            rejected.push(Rejected {
+                source: source.to_string(),
+                rows,
+                reject: Reject::new(format!(
+                    "the ROUTE BY value names table '{name}', this job's dead-letter table"
+                )),
+                table: None,
+            });
+        }
         let seq = self.seq;
         self.seq += 1;
         let bytes = routed.iter().map(RecordBatch::get_array_memory_size).sum();
