@@ -323,3 +323,46 @@ async fn a_route_value_cannot_name_the_dead_letter_table() {
     let odd = rows(&session, "SELECT count(*) AS n FROM lake.q.odd").await;
     assert!(odd.contains(&format!("| {} |", ROWS / 2)), "{odd}");
 }
+
+/// One job name, one running owner: a second session (as a second process would) sharing the
+/// state folder cannot run the same job while the first does; it fails naming the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_owner_of_a_job_name_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = session(dir.path()).await;
+    first
+        .sql(
+            "CREATE SOURCE slow WITH ('connector' = 'datagen', 'profile' = 'orders',
+               'rows-per-second' = '100');
+             SET 'pipeline.name' = 'owned'; INSERT INTO lake.e.t SELECT order_id FROM slow",
+        )
+        .await
+        .unwrap();
+    let second = common::lake_session(
+        dir.path(),
+        &format!(
+            "CREATE SOURCE slow WITH ('connector' = 'datagen', 'profile' = 'orders',
+               'rows-per-second' = '100');
+             SET 'state.dir' = '{}/state'; SET 'pipeline.name' = 'owned';
+             SET 'table.dml-sync' = 'true';",
+            dir.path().display()
+        ),
+    )
+    .await;
+    let err = second
+        .sql("INSERT INTO lake.e.t SELECT order_id FROM slow")
+        .await
+        .expect_err("the name is taken");
+    assert!(
+        err.to_string().contains("job 'owned' is running already"),
+        "{err}"
+    );
+    assert_eq!(first.jobs().rows()[0].state, "running");
+    first.jobs().stop("owned").await.unwrap();
+    // Once the first owner is gone, the name is free.
+    second
+        .sql("SET 'table.dml-sync' = 'false'; INSERT INTO lake.e.t SELECT order_id FROM slow")
+        .await
+        .unwrap();
+    second.jobs().stop("owned").await.unwrap();
+}

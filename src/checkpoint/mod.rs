@@ -16,4 +16,4 @@ pub mod rewrite;
 pub mod state;
 
 pub use commit::{commit_all, commit_once, committed_checkpoint};
-pub use state::{CheckpointRecord, FileGroup, PendingCommit, StateStore};
+pub use state::{CheckpointRecord, FileGroup, JobLock, PendingCommit, StateStore};

@@ -2,10 +2,14 @@
 //!
 //! ```text
 //! <state.dir>/<job>/checkpoint.json      the last complete checkpoint record
+//! <state.dir>/<job>/lock                 held (flock) by the process running the job
 //! ```
 //!
 //! A record is written to a temporary file, synced, and renamed over the previous one, so a
-//! crash leaves either the old record or the new one, never a torn one.
+//! crash leaves either the old record or the new one, never a torn one. A job's folder is
+//! its name with every byte outside `[A-Za-z0-9_.-]` percent-encoded: two names never share
+//! a folder, and no name leaves `state.dir`. One process at a time runs a job: the second
+//! owner cannot take the lock. A record names its job; a record of another job is not read.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -91,13 +95,22 @@ impl StateStore {
     }
 
     fn path(&self, job: &str) -> PathBuf {
-        self.dir.join(sanitize(job)).join("checkpoint.json")
+        self.dir.join(folder(job)).join("checkpoint.json")
     }
 
-    /// The job's last checkpoint record, if it has one.
+    /// The job's last checkpoint record, if it has one. (A job whose name had characters
+    /// outside `[A-Za-z0-9_.-]` kept its record under an older folder naming, which is read
+    /// when it holds this job's record.)
     pub fn load(&self, job: &str) -> Result<Option<CheckpointRecord>> {
-        let path = self.path(job);
-        match std::fs::read(&path) {
+        if let Some(r) = self.read(&self.path(job))? {
+            return Ok(Some(r).filter(|r| r.job == job));
+        }
+        let legacy = self.dir.join(legacy_folder(job)).join("checkpoint.json");
+        Ok(self.read(&legacy)?.filter(|r| r.job == job))
+    }
+
+    fn read(&self, path: &Path) -> Result<Option<CheckpointRecord>> {
+        match std::fs::read(path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
                 Error::Internal(format!(
                     "checkpoint record {} is unreadable: {e}",
@@ -107,6 +120,44 @@ impl StateStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(Error::io(format!("reading {}", path.display()), e)),
         }
+    }
+
+    /// Take the job's lock, held until the returned value is dropped: fails when another
+    /// process (or another session of this one) runs the job.
+    pub fn lock(&self, job: &str) -> Result<JobLock> {
+        use std::os::fd::AsRawFd;
+        let dir = self.dir.join(folder(job));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        let path = dir.join("lock");
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        // SAFETY: flock on a file descriptor this function owns, open for its whole call.
+        let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if locked != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.kind() == std::io::ErrorKind::WouldBlock {
+                let holder = std::fs::read_to_string(&path).unwrap_or_default();
+                return Err(Error::Plan(format!(
+                    "job '{job}' is running already ({}): its state folder {} is locked; stop \
+                     it first, or give this job another 'pipeline.name'",
+                    match holder.trim() {
+                        "" => "in another session".to_string(),
+                        pid => format!("process {pid}"),
+                    },
+                    dir.display()
+                )));
+            }
+            return Err(Error::io(format!("locking {}", path.display()), err));
+        }
+        let pid = std::process::id().to_string();
+        let _ = file.set_len(0).and_then(|_| file.write_all(pid.as_bytes()));
+        Ok(JobLock { _file: file })
     }
 
     /// Write `record` durably, replacing the job's previous one.
@@ -129,8 +180,30 @@ impl StateStore {
     }
 }
 
-/// A job name as a folder name.
-fn sanitize(job: &str) -> String {
+/// A running job's hold on its state folder (see [`StateStore::lock`]); released on drop.
+#[derive(Debug)]
+pub struct JobLock {
+    _file: std::fs::File,
+}
+
+/// A job name as a folder name: bytes outside `[A-Za-z0-9_.-]` as `%XX`, so that distinct
+/// names have distinct folders; `.` and `..` (and the empty name) are encoded whole.
+fn folder(job: &str) -> String {
+    let safe = |b: u8| b.is_ascii_alphanumeric() || b"-_.".contains(&b);
+    let special = matches!(job, "" | "." | "..");
+    let mut out = String::with_capacity(job.len());
+    for b in job.bytes() {
+        if safe(b) && !(special && b == b'.') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    if out.is_empty() { "%".to_string() } else { out }
+}
+
+/// The folder name floe gave a job before [`folder`]: other characters as `_`.
+fn legacy_folder(job: &str) -> String {
     job.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || "-_.".contains(c) {
@@ -163,6 +236,63 @@ mod tests {
         r.checkpoint = 2;
         store.save(&r).unwrap();
         assert_eq!(store.load("j/1").unwrap(), Some(r));
-        assert!(dir.path().join("j_1/checkpoint.json").is_file());
+        assert!(dir.path().join("j%2F1/checkpoint.json").is_file());
+    }
+
+    #[test]
+    fn names_never_share_a_folder_or_leave_the_state_dir() {
+        let names = [
+            "a b", "a/b", "a_b", "a%2Fb", "..", ".", "", "../x", "東京", "大阪",
+        ];
+        let folders: std::collections::BTreeSet<String> = names.iter().map(|n| folder(n)).collect();
+        assert_eq!(folders.len(), names.len(), "{folders:?}");
+        for f in &folders {
+            assert!(
+                !f.contains('/') && f != "." && f != ".." && !f.is_empty(),
+                "{f}"
+            );
+        }
+        assert_eq!(folder("events-to-lake.v2"), "events-to-lake.v2");
+    }
+
+    #[test]
+    fn a_record_of_another_job_is_not_read_and_old_folders_still_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::new(dir.path());
+        let record = |job: &str| CheckpointRecord {
+            job: job.into(),
+            checkpoint: 3,
+            time_ms: 5,
+            sources: BTreeMap::new(),
+            tables: vec![],
+            table_uuid: None,
+        };
+        // Written by an older floe for 'a b' into the folder 'a_b' (also 'a_b''s old one).
+        let legacy = dir.path().join("a_b");
+        std::fs::create_dir_all(&legacy).unwrap();
+        let bytes = serde_json::to_vec(&record("a b")).unwrap();
+        std::fs::write(legacy.join("checkpoint.json"), bytes).unwrap();
+        assert_eq!(store.load("a b").unwrap(), Some(record("a b")));
+        assert_eq!(
+            store.load("a_b").unwrap(),
+            None,
+            "the record names another job"
+        );
+    }
+
+    #[test]
+    fn one_owner_holds_a_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::new(dir.path());
+        let held = store.lock("j").unwrap();
+        let err = store.lock("j").unwrap_err().to_string();
+        assert!(err.contains("job 'j' is running already"), "{err}");
+        assert!(
+            err.contains(&format!("process {}", std::process::id())),
+            "{err}"
+        );
+        store.lock("other").unwrap();
+        drop(held);
+        store.lock("j").unwrap();
     }
 }

@@ -114,11 +114,25 @@ impl Job {
     /// after a growing pause: recovery commits what a table lacks and resumes the sources, so
     /// a retry neither loses nor duplicates. Errors in the job itself (a bad plan) and
     /// failures that say a retry cannot help end it as `failed`.
+    ///
+    /// A job runs only while it holds its state folder's lock ([`StateStore::lock`]): a
+    /// second owner of the name (another process, another session) fails, naming the first.
     pub async fn run(self, mut stop: watch::Receiver<bool>) -> Result<JobState> {
         let mut backoff = FIRST_BACKOFF;
+        let mut lock = None;
         loop {
             let started = Instant::now();
-            match self.run_once(&mut stop).await {
+            let attempt = match &lock {
+                Some(_) => self.run_once(&mut stop).await,
+                None => match self.store.lock(&self.name) {
+                    Ok(held) => {
+                        lock = Some(held);
+                        self.run_once(&mut stop).await
+                    }
+                    Err(e) => Err(e),
+                },
+            };
+            match attempt {
                 Ok(end) => return Ok(end),
                 Err(e) if e.is_retryable() => {
                     if started.elapsed() > MAX_BACKOFF {
