@@ -206,14 +206,34 @@ pub async fn table_exists(catalog: &dyn Catalog, ident: &iceberg::TableIdent) ->
 }
 
 /// A URI with its password, if any, replaced by `****`.
+/// A password in the query (`?password=...`, as PostgreSQL takes it) is masked too.
 fn mask_password(uri: &str) -> String {
-    match url::Url::parse(uri) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("****"));
-            u.to_string()
-        }
-        _ => uri.to_string(),
+    let Ok(mut u) = url::Url::parse(uri) else {
+        return uri.to_string();
+    };
+    let secret = |k: &str| k.eq_ignore_ascii_case("password") || k.eq_ignore_ascii_case("pass");
+    let in_query = u.query_pairs().any(|(k, _)| secret(&k));
+    if u.password().is_none() && !in_query {
+        return uri.to_string();
     }
+    if u.password().is_some() {
+        let _ = u.set_password(Some("****"));
+    }
+    if in_query {
+        let pairs: Vec<(String, String)> = u
+            .query_pairs()
+            .map(|(k, v)| {
+                let v = if secret(&k) {
+                    "****".to_string()
+                } else {
+                    v.into_owned()
+                };
+                (k.into_owned(), v)
+            })
+            .collect();
+        u.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    u.to_string()
 }
 
 /// Create a SQLite catalog database that does not exist yet in write-ahead-log mode: a
@@ -363,6 +383,10 @@ mod tests {
             "postgres://floe:****@127.0.0.1:5432/db"
         );
         assert_eq!(mask_password("sqlite:///x.db"), "sqlite:///x.db");
+        assert_eq!(
+            mask_password("postgres://127.0.0.1/db?user=floe&password=secret&sslmode=disable"),
+            "postgres://127.0.0.1/db?user=floe&password=****&sslmode=disable"
+        );
     }
 
     #[test]
