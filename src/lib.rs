@@ -60,6 +60,7 @@ pub mod interrupt;
 pub mod lake;
 pub mod process;
 pub mod schema;
+pub mod secret;
 pub mod session;
 pub mod sink;
 pub mod sql;

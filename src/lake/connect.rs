@@ -19,6 +19,7 @@ use iceberg_storage_opendal::OpenDalStorageFactory;
 
 use super::commit::{Committer, RestCommitter, SqlCommitter};
 use crate::error::{Error, Result};
+use crate::secret::{MASK, is_secret};
 
 /// A catalog registered in the session.
 #[derive(Debug, Clone)]
@@ -34,13 +35,6 @@ pub struct CatalogHandle {
     /// floe's own commit path (schema and partition evolution), where it exists.
     pub committer: Option<Arc<Committer>>,
 }
-
-const SECRET_KEYS: [&str; 4] = [
-    "credential",
-    "token",
-    "s3.secret-access-key",
-    "s3.session-token",
-];
 
 /// What `CREATE CATALOG ... WITH (...)` asks for, read and checked.
 #[derive(Debug, Clone, PartialEq)]
@@ -175,8 +169,8 @@ pub async fn connect(name: &str, config: CatalogConfig) -> Result<CatalogHandle>
     let display_options = props
         .into_iter()
         .map(|(k, v)| {
-            let shown = if SECRET_KEYS.contains(&k.as_str()) || k.starts_with("header.") {
-                "****".to_string()
+            let shown = if is_secret(&k) || k.starts_with("header.") {
+                MASK.to_string()
             } else if k == "uri" {
                 mask_password(&v)
             } else {

@@ -192,8 +192,11 @@ impl KafkaOptions {
             .create_native_config()
             .map_err(|e| match e {
                 KafkaError::ClientConfig(_, why, key, value) => Error::Option(format!(
-                    "'properties.{key}' = '{value}': {why} (librdkafka's settings are listed \
-                     in its CONFIGURATION.md)"
+                    "'properties.{key}' = '{}': {} (librdkafka's settings are listed in its \
+                     CONFIGURATION.md)",
+                    crate::secret::shown(&key, &value),
+                    // librdkafka's own words may quote the value.
+                    why.replace(value.as_str(), crate::secret::shown(&key, &value)),
                 )),
                 e => Error::Option(format!("kafka 'properties.*': {e}")),
             })?;
@@ -407,6 +410,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("'properties.bootstrap.servers'"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_secret_setting_is_named_without_its_value() {
+        let jaas = "org.apache.kafka.common.security.plain.PlainLoginModule required \
+                    username=\"u\" password=\"hunter2\";";
+        let e = err(&[("topic", "t"), ("properties.sasl.jaas.config", jaas)]);
+        assert!(
+            e.starts_with("'properties.sasl.jaas.config' = '****'"),
+            "{e}"
+        );
+        assert!(!e.contains("hunter2"), "{e}");
     }
 
     #[test]
