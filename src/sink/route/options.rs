@@ -120,20 +120,26 @@ fn parse_candidates(list: &str) -> Result<Vec<Candidate>> {
         .collect()
 }
 
-/// The table name for a route value: lower-cased, every character outside `[a-z0-9_]` as
-/// `_`; `None` for an empty value.
+/// The table name for a route value: lower-cased; ASCII characters outside `[a-z0-9_]` as
+/// `_` (`page-view` is `page_view`); letters and digits of other scripts kept, lower-cased
+/// (`東京` and `大阪` are two tables, `Ärzte` is `ärzte`); any other character as `_x` and its
+/// code point in hex (`a😀` is `a_x1f600`). `None` for an empty value.
 pub fn table_name(route: &str) -> Option<String> {
-    let name: String = route
-        .chars()
-        .map(|c| {
+    let mut name = String::with_capacity(route.len());
+    for c in route.chars() {
+        if c.is_ascii() {
             let c = c.to_ascii_lowercase();
-            if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' {
+            name.push(if c.is_ascii_alphanumeric() || c == '_' {
                 c
             } else {
                 '_'
-            }
-        })
-        .collect();
+            });
+        } else if c.is_alphanumeric() {
+            name.extend(c.to_lowercase());
+        } else {
+            name.push_str(&format!("_x{:x}", u32::from(c)));
+        }
+    }
     (!name.is_empty()).then_some(name)
 }
 
@@ -145,8 +151,14 @@ mod tests {
     fn route_values_become_table_names() {
         assert_eq!(table_name("Order").as_deref(), Some("order"));
         assert_eq!(table_name("page-view").as_deref(), Some("page_view"));
-        assert_eq!(table_name("a.b c/é").as_deref(), Some("a_b_c__"));
+        assert_eq!(table_name("a.b c/é").as_deref(), Some("a_b_c_é"));
         assert_eq!(table_name(""), None);
+        // Other scripts stay apart (they were all `_`, one table for every city).
+        assert_eq!(table_name("東京").as_deref(), Some("東京"));
+        assert_ne!(table_name("東京"), table_name("大阪"));
+        assert_eq!(table_name("Ärzte").as_deref(), Some("ärzte"));
+        assert_eq!(table_name("a😀").as_deref(), Some("a_x1f600"));
+        assert_ne!(table_name("a😀"), table_name("a😃"));
     }
 
     #[test]
