@@ -87,11 +87,14 @@ impl AvroDecoder {
         match format {
             "avro-confluent" => {
                 let url = options.require_str("avro-confluent.url")?;
-                let user_info = options.take_str("avro-confluent.basic-auth.user-info");
+                let given = options.take_str("avro-confluent.basic-auth.user-info");
+                // Credentials in the URL (`http://user:password@host`) are taken out of it,
+                // so that errors and SHOW JOBS name the registry without them.
+                let (url, in_url) = split_user_info(&url);
                 Ok(Self {
                     source: Source::Registry {
                         url: url.trim_end_matches('/').to_string(),
-                        user_info,
+                        user_info: given.or(in_url),
                         client: reqwest::Client::new(),
                     },
                     writers: Mutex::default(),
@@ -300,6 +303,30 @@ impl AvroDecoder {
         errors.sort_by_key(|(i, _)| *i);
         Ok(Decoded { groups, errors })
     }
+}
+
+/// `url` without its `user:password@`, and that user info (percent-decoded), if it had one.
+fn split_user_info(url: &str) -> (String, Option<String>) {
+    let Ok(mut u) = url::Url::parse(url) else {
+        return (url.to_string(), None);
+    };
+    if u.username().is_empty() && u.password().is_none() {
+        return (url.to_string(), None);
+    }
+    let decode = |s: &str| {
+        url::form_urlencoded::parse(format!("x={s}").as_bytes())
+            .next()
+            .map(|(_, v)| v.into_owned())
+            .unwrap_or_default()
+    };
+    let info = format!(
+        "{}:{}",
+        decode(u.username()),
+        decode(u.password().unwrap_or(""))
+    );
+    let _ = u.set_username("");
+    let _ = u.set_password(None);
+    (u.to_string(), Some(info))
 }
 
 /// Schema `id` from the Confluent-compatible registry at `url`.
@@ -570,6 +597,22 @@ mod tests {
     use datafusion::arrow::datatypes::Int64Type;
 
     use super::*;
+
+    #[tokio::test]
+    async fn registry_credentials_in_the_url_never_show() {
+        let (url, info) = split_user_info("http://reader:hunter%232@127.0.0.1:1/registry/");
+        assert_eq!(url, "http://127.0.0.1:1/registry/");
+        assert_eq!(info.as_deref(), Some("reader:hunter#2"));
+        assert_eq!(split_user_info("http://127.0.0.1:1").1, None);
+        // An unreachable registry's error names it without the password.
+        let client = reqwest::Client::new();
+        let err = match fetch_confluent(&client, &url, info.as_deref(), 7).await {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("nothing listens on port 1"),
+        };
+        assert!(err.contains("127.0.0.1:1"), "{err}");
+        assert!(!err.contains("hunter"), "{err}");
+    }
 
     /// Avro's zig-zag varint.
     fn long(n: i64) -> Vec<u8> {

@@ -23,7 +23,6 @@ pub struct RestCommitter {
     auth: RestAuth,
 }
 
-#[derive(Debug)]
 enum RestAuth {
     None,
     Token(String),
@@ -34,6 +33,28 @@ enum RestAuth {
         scope: String,
         token: tokio::sync::Mutex<Option<String>>,
     },
+}
+
+/// Debug output never shows a token or a secret.
+impl std::fmt::Debug for RestAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RestAuth::None => f.write_str("None"),
+            RestAuth::Token(_) => f.write_str("Token(****)"),
+            RestAuth::Credential {
+                token_uri,
+                id,
+                scope,
+                ..
+            } => f
+                .debug_struct("Credential")
+                .field("token_uri", token_uri)
+                .field("id", id)
+                .field("secret", &crate::secret::MASK)
+                .field("scope", scope)
+                .finish_non_exhaustive(),
+        }
+    }
 }
 
 impl RestCommitter {
@@ -261,4 +282,25 @@ fn rest_headers(props: &HashMap<String, String>) -> Result<reqwest::header::Head
         headers.insert(name, value);
     }
     Ok(headers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_hides_tokens_and_secrets() {
+        let auth = RestAuth::Credential {
+            token_uri: "http://127.0.0.1:8181/v1/oauth/tokens".into(),
+            id: "admin".into(),
+            secret: "hunter2".into(),
+            scope: "catalog".into(),
+            token: tokio::sync::Mutex::new(Some("tok-123".into())),
+        };
+        let shown = format!("{auth:?} {:?}", RestAuth::Token("tok-456".into()));
+        for secret in ["hunter2", "tok-123", "tok-456"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        assert!(shown.contains("admin"), "{shown}");
+    }
 }
