@@ -263,3 +263,62 @@ async fn two_jobs_route_into_overlapping_tables_at_once() {
         vec![(N / 4).to_string()]
     );
 }
+
+/// The mark that a checkpoint is committed survives snapshot expiry: it is a table
+/// property as well as the snapshot's summary, so a recovery that commits the checkpoint
+/// again after its snapshot was expired commits nothing (no duplicate rows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_stays_committed_when_its_snapshot_is_expired() {
+    use floe::checkpoint::commit::committed_checkpoint;
+    use floe::lake::Committer;
+    let lake = Lake::new().await;
+    let mut a = lake.sink();
+    a.write(batch(&[], vec![1])).await.unwrap();
+    let pending = a.close().await.unwrap().unwrap();
+    assert!(lake.commit(&pending, "a", 1).await.is_some());
+    // Another writer appends, then every snapshot but the newest is expired.
+    lake.session
+        .sql("INSERT INTO lake.c.t VALUES (2)")
+        .await
+        .unwrap();
+    let ident = lake.base.identifier().clone();
+    let table = lake.handle.catalog.load_table(&ident).await.unwrap();
+    let md = table.metadata();
+    let current = md.current_snapshot_id().unwrap();
+    let old: Vec<i64> = md
+        .snapshots()
+        .map(|s| s.snapshot_id())
+        .filter(|id| *id != current)
+        .collect();
+    let expired = md
+        .clone()
+        .into_builder(table.metadata_location().map(str::to_string))
+        .remove_snapshots(&old)
+        .build()
+        .unwrap()
+        .metadata;
+    let Some(Committer::Sql(sql)) = lake.handle.committer.as_deref() else {
+        panic!("a SQL catalog has floe's SQL committer");
+    };
+    let expired = sql.commit(&table, expired).await.unwrap();
+    assert!(
+        expired
+            .metadata()
+            .snapshots()
+            .all(|s| !s.summary().additional_properties.contains_key("floe.job")),
+        "no snapshot carries the job's summary any more"
+    );
+    assert_eq!(committed_checkpoint(&expired, "a"), Some(1));
+    assert!(lake.commit(&pending, "a", 1).await.is_none());
+    assert_eq!(
+        rows(&lake.session, "SELECT id FROM lake.c.t ORDER BY id").await,
+        "\
++----+
+| id |
++----+
+| 0  |
+| 1  |
+| 2  |
++----+"
+    );
+}

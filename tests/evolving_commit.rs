@@ -71,6 +71,7 @@ async fn schema_spec_and_data_land_in_one_commit() {
         spec: Some(spec.clone()),
         files: vec![(spec_id, files)],
         summary: [("floe.job".to_string(), "test".to_string())].into(),
+        properties: Default::default(),
     };
     let prepared = prepare(&base, append(files.clone())).await.unwrap();
     let committed = committer.commit(&base, prepared).await.unwrap();

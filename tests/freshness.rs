@@ -87,9 +87,15 @@ async fn other_writers_are_visible_at_the_next_statement() {
     .await
     .unwrap();
     let files = w.close().await.unwrap();
-    commit::append(&catalog, &table, files, Default::default())
-        .await
-        .unwrap();
+    commit::append(
+        &catalog,
+        &table,
+        files,
+        Default::default(),
+        Default::default(),
+    )
+    .await
+    .unwrap();
 
     let rows = rows(&reader, "SELECT id, note FROM lake.db.t ORDER BY id").await;
     let expected = "\

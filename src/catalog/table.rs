@@ -163,7 +163,14 @@ impl DataSink for AppendSink {
         let rows = writer.rows();
         let files = writer.close().await?;
         let summary = HashMap::from([("floe.operation".to_string(), "insert".to_string())]);
-        commit::append(&self.catalog, &self.table, files, summary).await?;
+        commit::append(
+            &self.catalog,
+            &self.table,
+            files,
+            summary,
+            Default::default(),
+        )
+        .await?;
         Ok(rows)
     }
 }

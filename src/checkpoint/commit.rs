@@ -1,9 +1,11 @@
 //! Committing a checkpoint's files to their table, exactly once.
 //!
 //! The snapshot a checkpoint commits carries `floe.job` and `floe.checkpoint` in its
-//! summary. Before committing, the table's snapshots are searched for this job's
-//! checkpoint (or a later one): if it is there, the commit happened before a crash and is
-//! skipped. A commit another writer beat is retried on the table as it is then.
+//! summary, and the same commit sets the table property `floe.checkpoint.<job>`, which
+//! snapshot expiry cannot remove. Before committing, the table is asked for this job's
+//! checkpoint (or a later one), in its snapshots and in that property: if it is there, the
+//! commit happened before a crash and is skipped. A commit another writer beat is retried on
+//! the table as it is then.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,9 +25,20 @@ pub const SUMMARY_JOB: &str = "floe.job";
 /// Summary key: the checkpoint id a snapshot commits.
 pub const SUMMARY_CHECKPOINT: &str = "floe.checkpoint";
 
-/// The highest checkpoint of `job` committed to `table`, if any.
+/// The table property that holds the last checkpoint of `job` committed to a table.
+pub fn checkpoint_property(job: &str) -> String {
+    format!("{SUMMARY_CHECKPOINT}.{job}")
+}
+
+/// The highest checkpoint of `job` committed to `table`, if any: in the snapshots that
+/// carry it, or in the table property expiry leaves.
 pub fn committed_checkpoint(table: &Table, job: &str) -> Option<u64> {
-    table
+    let property = table
+        .metadata()
+        .properties()
+        .get(&checkpoint_property(job))
+        .and_then(|v| v.parse::<u64>().ok());
+    let in_snapshots = table
         .metadata()
         .snapshots()
         .filter(|s| {
@@ -42,7 +55,8 @@ pub fn committed_checkpoint(table: &Table, job: &str) -> Option<u64> {
                 .parse::<u64>()
                 .ok()
         })
-        .max()
+        .max();
+    property.max(in_snapshots)
 }
 
 /// Tables committed at once by [`commit_all`].
@@ -151,6 +165,7 @@ async fn try_commit(
         (SUMMARY_JOB.to_string(), job.to_string()),
         (SUMMARY_CHECKPOINT.to_string(), checkpoint.to_string()),
     ]);
+    let properties = HashMap::from([(checkpoint_property(job), checkpoint.to_string())]);
     let schema: Option<Schema> = pending
         .schema
         .as_deref()
@@ -222,7 +237,9 @@ async fn try_commit(
     let Some(committer) = own else {
         if !evolves && single_default_spec {
             let files = groups.pop().map(|(_, f)| f).unwrap_or_default();
-            return Ok(Some(commit::append(catalog, &table, files, summary).await?));
+            return Ok(Some(
+                commit::append(catalog, &table, files, summary, properties).await?,
+            ));
         }
         return Err(Error::Unsupported(format!(
             "evolving table {ident} needs floe's own commit path, which this catalog type \
@@ -236,6 +253,7 @@ async fn try_commit(
             spec,
             files: groups,
             summary,
+            properties,
         },
     )
     .await?;

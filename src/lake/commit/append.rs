@@ -11,14 +11,16 @@ use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
 use crate::error::Result;
 
-/// Append `files` to `table` in one snapshot with `summary` in its summary. Commit conflicts
-/// are retried by iceberg-rust (it reloads the table and re-applies the append). An empty
-/// list commits nothing and returns the table unchanged.
+/// Append `files` to `table` in one snapshot with `summary` in its summary, and set
+/// `properties` in the same commit. Commit conflicts are retried by iceberg-rust (it reloads
+/// the table and re-applies the append). An empty list commits nothing and returns the table
+/// unchanged.
 pub async fn append(
     catalog: &Arc<dyn Catalog>,
     table: &Table,
     files: Vec<DataFile>,
     summary: HashMap<String, String>,
+    properties: HashMap<String, String>,
 ) -> Result<Table> {
     if files.is_empty() {
         return Ok(table.clone());
@@ -29,6 +31,13 @@ pub async fn append(
         .with_check_duplicate(false)
         .add_data_files(files)
         .set_snapshot_properties(summary);
-    let tx = action.apply(tx)?;
+    let mut tx = action.apply(tx)?;
+    if !properties.is_empty() {
+        let mut update = tx.update_table_properties();
+        for (k, v) in properties {
+            update = update.set(k, v);
+        }
+        tx = update.apply(tx)?;
+    }
     Ok(tx.commit(catalog.as_ref()).await?)
 }

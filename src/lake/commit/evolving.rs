@@ -35,6 +35,8 @@ pub struct EvolvingAppend {
     pub files: Vec<(i32, Vec<DataFile>)>,
     /// Extra snapshot summary properties.
     pub summary: HashMap<String, String>,
+    /// Table properties set in the same commit.
+    pub properties: HashMap<String, String>,
 }
 
 /// `base` with the schema and spec changes of `append` applied: the table the new data
@@ -236,6 +238,11 @@ pub async fn prepare(base: &Table, append: EvolvingAppend) -> Result<Prepared> {
         .with_schema_id(staged.current_schema_id())
         .build();
     let mut all = updates;
+    if !append.properties.is_empty() {
+        all.push(TableUpdate::SetProperties {
+            updates: append.properties,
+        });
+    }
     all.push(TableUpdate::AddSnapshot { snapshot });
     all.push(TableUpdate::SetSnapshotRef {
         ref_name: MAIN_BRANCH.to_string(),
