@@ -366,3 +366,42 @@ async fn a_second_owner_of_a_job_name_is_refused() {
         .unwrap();
     second.jobs().stop("owned").await.unwrap();
 }
+
+/// `route.max-tables` bounds the tables a job writes over its life, not only the tables its
+/// cache holds: with a cache of one table, values that come one after another still make
+/// no more than the bound, and the other rows are dead letters; none is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_max_tables_bounds_tables_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = session(dir.path()).await;
+    let (states, error) = run_job(
+        &session,
+        "SET 'pipeline.name' = 'bounded';
+         INSERT INTO lake.m SELECT order_id, CAST(order_id / 2500 AS VARCHAR) AS part FROM gen
+         ROUTE BY 'p' || part WITH ('route.max-tables' = '2', 'table-cache.max-size' = '1')",
+    )
+    .await;
+    assert_eq!(
+        states.last().map(String::as_str),
+        Some("finished"),
+        "{error:?}"
+    );
+    let tables = first_column(&session, "SELECT table_name FROM information_schema.tables WHERE table_catalog = 'lake' AND table_schema = 'm'").await;
+    let data: Vec<&String> = tables.iter().filter(|t| *t != "dead_letters").collect();
+    assert_eq!(data.len(), 2, "{tables:?}");
+    let mut total = 0u64;
+    for t in &data {
+        let n = first_column(&session, &format!("SELECT count(*) FROM lake.m.{t}")).await;
+        total += n[0].parse::<u64>().unwrap();
+    }
+    let dead = first_column(&session, "SELECT count(*) FROM lake.m.dead_letters").await;
+    total += dead[0].parse::<u64>().unwrap();
+    assert_eq!(total, ROWS, "every row in a table or a dead letter");
+    let reasons = first_column(&session, "SELECT DISTINCT error FROM lake.m.dead_letters").await;
+    assert!(
+        reasons
+            .iter()
+            .all(|r| r.contains("route.max-tables (2) reached")),
+        "{reasons:?}"
+    );
+}

@@ -67,6 +67,9 @@ pub struct RoutedSink {
     /// [`ROUTE_ROWS`]), and its rows.
     gathered: Vec<(String, RecordBatch)>,
     gathered_rows: usize,
+    /// Every table the job has written since it started, cached or not: what
+    /// `route.max-tables` bounds (the cache forgets idle tables; the bound does not).
+    written_tables: std::collections::HashSet<String>,
 }
 
 /// Rows a routed job gathers before routing them: each table's share of a routed batch costs
@@ -97,6 +100,7 @@ impl RoutedSink {
             closing: None,
             gathered: Vec::new(),
             gathered_rows: 0,
+            written_tables: Default::default(),
         }
     }
 
@@ -230,7 +234,9 @@ impl RoutedSink {
             if self.tables.contains_key(name) || new.iter().any(|(n, _)| n == name) {
                 continue;
             }
-            if self.tables.len() + new.len() < self.options.max_tables {
+            if self.written_tables.contains(name)
+                || self.written_tables.len() + new.len() < self.options.max_tables
+            {
                 new.push((name.clone(), rows));
             }
         }
@@ -244,6 +250,7 @@ impl RoutedSink {
             let opens = chunk.iter().map(|(name, rows)| opener.open(name, rows));
             let sinks = futures::future::try_join_all(opens).await?;
             for ((name, _), sink) in chunk.iter().zip(sinks) {
+                self.written_tables.insert(name.clone());
                 self.tables.insert(name.clone(), sink);
             }
         }

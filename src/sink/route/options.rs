@@ -25,6 +25,7 @@ pub struct RouteOptions {
     pub evolve: bool,
     pub table_properties: BTreeMap<String, String>,
     pub dead_letter_table: String,
+    /// Tables the job writes at most, over its life (not only at once).
     pub max_tables: usize,
     /// Data files open at once (one per table and partition written since the last
     /// checkpoint); beyond it the least recently written tables' files are closed.
