@@ -72,7 +72,7 @@ pub struct FilesystemReader {
     /// Lines consumed per file (the offsets).
     consumed: BTreeMap<String, u64>,
     /// The file being read and its lines.
-    current: Option<(String, Vec<String>)>,
+    current: Option<(String, Vec<Vec<u8>>)>,
     last_listing: Option<Instant>,
 }
 
@@ -131,8 +131,8 @@ impl FilesystemReader {
 
     /// Decode `lines` (starting at 0-based line `first_line` of `file`); lines that do not
     /// decode are returned as rejects, the others as a batch with metadata columns.
-    async fn decode(&self, file: &str, first_line: u64, lines: &[String]) -> Result<Poll> {
-        let records: Vec<&[u8]> = lines.iter().map(|l| l.as_bytes()).collect();
+    async fn decode(&self, file: &str, first_line: u64, lines: &[Vec<u8>]) -> Result<Poll> {
+        let records: Vec<&[u8]> = lines.iter().map(Vec::as_slice).collect();
         let decoded = self.options.decoder.decode(&records).await?;
         let number = |i: usize| first_line + i as u64 + 1;
         let rejects = decoded
@@ -160,13 +160,16 @@ impl FilesystemReader {
     }
 }
 
-fn read_lines(file: &Path) -> Result<Vec<String>> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| Error::io(format!("reading {}", file.display()), e))?;
-    Ok(text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(str::to_string)
+/// The non-blank lines of `file`, as bytes: a line that is not valid UTF-8 is one bad
+/// record (the decoder rejects it with its place), not a file that cannot be read.
+fn read_lines(file: &Path) -> Result<Vec<Vec<u8>>> {
+    let bytes =
+        std::fs::read(file).map_err(|e| Error::io(format!("reading {}", file.display()), e))?;
+    Ok(bytes
+        .split(|b| *b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+        .filter(|l| !l.trim_ascii().is_empty())
+        .map(<[u8]>::to_vec)
         .collect())
 }
 
@@ -325,6 +328,42 @@ mod tests {
             rejects[0].reject.reason.contains("x.json line 2"),
             "{}",
             rejects[0].reject.reason
+        );
+    }
+
+    #[tokio::test]
+    async fn a_line_that_is_not_utf8_is_one_bad_record_and_the_files_after_it_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bad = b"{\"id\": 1}\r\n{\"id\": \"\xff\xfe\"}\n{\"id\": 3}\n".to_vec();
+        bad.extend_from_slice(b"\n   \n");
+        std::fs::write(dir.path().join("1.json"), &bad).unwrap();
+        std::fs::write(dir.path().join("2.json"), "{\"id\": 4}\n").unwrap();
+        let mut r = reader(dir.path(), "json", &[]);
+        let mut ids = Vec::new();
+        let mut rejects = Vec::new();
+        loop {
+            match r.poll(10).await.unwrap() {
+                Poll::Records {
+                    batches,
+                    rejects: r,
+                } => {
+                    for b in &batches {
+                        ids.extend_from_slice(b.column(0).as_primitive::<Int64Type>().values());
+                    }
+                    rejects.extend(r);
+                }
+                Poll::Finished => break,
+                Poll::Idle => {}
+            }
+        }
+        assert_eq!(ids, vec![1, 3, 4]);
+        assert_eq!(rejects.len(), 1, "{rejects:?}");
+        assert_eq!(rejects[0].offset, 2);
+        assert_eq!(rejects[0].payload, b"{\"id\": \"\xff\xfe\"}");
+        assert!(
+            rejects[0].reject.reason.contains("1.json line 2"),
+            "{:?}",
+            rejects[0]
         );
     }
 
