@@ -21,7 +21,7 @@ use datafusion::logical_expr::{
 
 mod common;
 
-use common::{first_column, lake_session, rows};
+use common::{every_order_once, first_column, lake_session, rows};
 
 const ROWS: u64 = 20_000;
 
@@ -144,7 +144,8 @@ async fn session(dir: &std::path::Path) -> floe::Session {
     .await
 }
 
-/// Run `insert` to its end; every state the job showed on the way, and its last error.
+/// Run `insert` to its end, which must be `finished`; every state the job showed on the
+/// way, and its last error.
 async fn run_job(session: &floe::Session, insert: &str) -> (Vec<String>, Option<String>) {
     session.sql(insert).await.unwrap();
     let jobs = session.jobs();
@@ -170,6 +171,11 @@ async fn run_job(session: &floe::Session, insert: &str) -> (Vec<String>, Option<
     }
     let failures = jobs.wait_all().await;
     assert!(failures.is_empty(), "{failures:?}");
+    assert_eq!(
+        states.last().map(String::as_str),
+        Some("finished"),
+        "{states:?}: {error:?}"
+    );
     (states, error)
 }
 
@@ -178,12 +184,11 @@ async fn a_value_the_query_refuses_dead_letters_that_record_only() {
     let dir = tempfile::tempdir().unwrap();
     let session = session(dir.path()).await;
     register(&session, "checked", Fault::Value);
-    let (states, _) = run_job(
+    run_job(
         &session,
         "SET 'pipeline.name' = 'values'; INSERT INTO lake.e.t SELECT checked(order_id) FROM gen",
     )
     .await;
-    assert_eq!(states.last().map(String::as_str), Some("finished"));
     let text = rows(
         &session,
         "SELECT count(*) AS n, count(DISTINCT order_id) AS ids, sum(order_id) AS s FROM lake.e.t",
@@ -214,16 +219,10 @@ async fn retried_without_dead_letters(fault: Fault, expected: &str) {
         states.iter().any(|s| s == "retrying"),
         "the job retried: {states:?}"
     );
-    assert_eq!(states.last().map(String::as_str), Some("finished"));
     let error = error.unwrap_or_default();
     assert!(error.contains(expected), "the error is shown: {error}");
     assert!(calls.load(Ordering::SeqCst) > 6, "the fault was reached");
-    let text = rows(
-        &session,
-        "SELECT count(*) AS n, count(DISTINCT order_id) AS ids FROM lake.e.t",
-    )
-    .await;
-    assert!(text.contains(&format!("| {ROWS} | {ROWS} |")), "{text}");
+    every_order_once(&session, "lake.e.t", ROWS).await;
     let tables = rows(&session, "SHOW TABLES IN lake.e").await;
     assert!(
         !tables.contains("dead_letters"),
@@ -246,17 +245,12 @@ async fn set_reaches_the_plans_a_job_runs() {
     let dir = tempfile::tempdir().unwrap();
     let session = session(dir.path()).await;
     register(&session, "batch_size", Fault::BatchSize);
-    let (states, error) = run_job(
+    run_job(
         &session,
         "SET datafusion.execution.batch_size = 1234; SET 'pipeline.name' = 'sized';
          INSERT INTO lake.e.t SELECT batch_size(order_id) FROM gen",
     )
     .await;
-    assert_eq!(
-        states.last().map(String::as_str),
-        Some("finished"),
-        "{error:?}"
-    );
     let sizes = first_column(&session, "SELECT DISTINCT order_id FROM lake.e.t").await;
     assert_eq!(sizes, vec!["1234".to_string()]);
 }
@@ -267,17 +261,12 @@ async fn set_reaches_the_plans_a_job_runs() {
 async fn rows_whose_route_names_no_table_are_dead_letters() {
     let dir = tempfile::tempdir().unwrap();
     let session = session(dir.path()).await;
-    let (states, error) = run_job(
+    run_job(
         &session,
         "SET 'pipeline.name' = 'structs';
          INSERT INTO lake.r SELECT order_id, region FROM gen ROUTE BY named_struct('r', region)",
     )
     .await;
-    assert_eq!(
-        states.last().map(String::as_str),
-        Some("finished"),
-        "{error:?}"
-    );
     let letters = first_column(&session, "SELECT error FROM lake.r.dead_letters").await;
     assert_eq!(letters.len(), ROWS as usize);
     assert!(
@@ -301,18 +290,13 @@ async fn rows_whose_route_names_no_table_are_dead_letters() {
 async fn a_route_value_cannot_name_the_dead_letter_table() {
     let dir = tempfile::tempdir().unwrap();
     let session = session(dir.path()).await;
-    let (states, error) = run_job(
+    run_job(
         &session,
         "SET 'pipeline.name' = 'reserved';
          INSERT INTO lake.q SELECT order_id FROM gen
          ROUTE BY CASE WHEN order_id % 2 = 0 THEN 'Dead-Letters' ELSE 'odd' END",
     )
     .await;
-    assert_eq!(
-        states.last().map(String::as_str),
-        Some("finished"),
-        "{error:?}"
-    );
     let letters = first_column(&session, "SELECT error FROM lake.q.dead_letters").await;
     assert_eq!(letters.len(), ROWS as usize / 2);
     assert!(
@@ -374,18 +358,13 @@ async fn a_second_owner_of_a_job_name_is_refused() {
 async fn route_max_tables_bounds_tables_created() {
     let dir = tempfile::tempdir().unwrap();
     let session = session(dir.path()).await;
-    let (states, error) = run_job(
+    run_job(
         &session,
         "SET 'pipeline.name' = 'bounded';
          INSERT INTO lake.m SELECT order_id, CAST(order_id / 2500 AS VARCHAR) AS part FROM gen
          ROUTE BY 'p' || part WITH ('route.max-tables' = '2', 'table-cache.max-size' = '1')",
     )
     .await;
-    assert_eq!(
-        states.last().map(String::as_str),
-        Some("finished"),
-        "{error:?}"
-    );
     let tables = first_column(&session, "SELECT table_name FROM information_schema.tables WHERE table_catalog = 'lake' AND table_schema = 'm'").await;
     let data: Vec<&String> = tables.iter().filter(|t| *t != "dead_letters").collect();
     assert_eq!(data.len(), 2, "{tables:?}");

@@ -61,3 +61,28 @@ pub async fn first_column(session: &Session, sql: &str) -> Vec<String> {
     }
     out
 }
+
+/// Wait at most `within` for every job of `session` to end; each must have finished.
+pub async fn all_jobs_finish(session: &Session, within: std::time::Duration) {
+    let jobs = session.jobs();
+    let failures = tokio::time::timeout(within, jobs.wait_all())
+        .await
+        .unwrap_or_else(|_| panic!("the jobs did not end within {within:?}: {:?}", jobs.rows()));
+    assert!(failures.is_empty(), "{failures:?}");
+    for job in jobs.rows() {
+        assert_eq!(job.state, "finished", "{job:?}");
+    }
+}
+
+/// `table`'s `order_id`s are `rows` rows, each once: no order lost, none duplicated.
+pub async fn every_order_once(session: &Session, table: &str, rows: u64) {
+    let text = self::rows(
+        session,
+        &format!("SELECT count(*) AS n, count(DISTINCT order_id) AS ids FROM {table}"),
+    )
+    .await;
+    assert!(
+        text.contains(&format!("| {rows} | {rows} |")),
+        "{table}: {text}"
+    );
+}
