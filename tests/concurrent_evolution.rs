@@ -73,16 +73,15 @@ impl Lake {
         checkpoint: u64,
     ) -> Option<iceberg::table::Table> {
         let committer = self.handle.committer.as_deref();
-        commit_once(
-            &self.handle.catalog,
-            committer,
-            pending,
-            job,
+        let mark = floe::checkpoint::Mark {
+            job: job.to_string(),
             checkpoint,
-            None,
-        )
-        .await
-        .unwrap()
+            offsets: None,
+            time_ms: 0,
+        };
+        commit_once(&self.handle.catalog, committer, pending, &mark, None)
+            .await
+            .unwrap()
     }
 }
 
@@ -320,5 +319,50 @@ async fn a_checkpoint_stays_committed_when_its_snapshot_is_expired() {
 | 1  |
 | 2  |
 +----+"
+    );
+}
+
+/// iceberg-rust's append (format v1 tables, the memory catalog) commits onto the table as it
+/// loads it, not as the caller saw it: a commit asked with a stale table must still find the
+/// checkpoint there and skip it, not append the files twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_asked_of_a_stale_v1_table_is_not_committed_twice() {
+    let lake = Lake::new().await;
+    lake.session
+        .sql("CREATE TABLE lake.c.v1 (id BIGINT) WITH ('format-version' = '1')")
+        .await
+        .unwrap();
+    let ident = TableIdent::new(NamespaceIdent::new("c".into()), "v1".into());
+    let stale = lake.handle.catalog.load_table(&ident).await.unwrap();
+    let mut sink = TableSink::new(
+        "lake",
+        &lake.handle.catalog,
+        stale.clone(),
+        false,
+        Vec::new(),
+    );
+    sink.write(batch(&[], vec![1, 2])).await.unwrap();
+    let pending = sink.close().await.unwrap().unwrap();
+    let mark = floe::checkpoint::Mark {
+        job: "v1".into(),
+        checkpoint: 1,
+        offsets: None,
+        time_ms: 0,
+    };
+    let committer = lake.handle.committer.as_deref();
+    for attempt in 0..2 {
+        commit_once(
+            &lake.handle.catalog,
+            committer,
+            &pending,
+            &mark,
+            Some(&stale),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("attempt {attempt}: {e}"));
+    }
+    assert_eq!(
+        first_column(&lake.session, "SELECT count(*) FROM lake.c.v1").await,
+        ["2"]
     );
 }

@@ -1,13 +1,16 @@
 //! Committing a checkpoint's files to their table, exactly once.
 //!
-//! The snapshot a checkpoint commits carries `floe.job` and `floe.checkpoint` in its
-//! summary, and the same commit sets the table property `floe.checkpoint.<job>`, which
-//! snapshot expiry cannot remove. Before committing, the table is asked for this job's
-//! checkpoint (or a later one), in its snapshots and in that property: if it is there, the
-//! commit happened before a crash and is skipped. A commit another writer beat is retried on
-//! the table as it is then.
+//! The snapshot a checkpoint commits carries its [`Mark`] in its summary (`floe.job`,
+//! `floe.checkpoint`, `floe.offsets`: the job, the checkpoint id and the source offsets to
+//! resume after it), and the same commit sets the table properties
+//! `floe.checkpoint.<job>` and `floe.offsets.<job>`, which snapshot expiry cannot remove.
+//! Before committing, the table is asked for this job's checkpoint (or a later one), in its
+//! snapshots and in those properties: if it is there, the commit happened before a crash and
+//! is skipped. A commit another writer beat is retried on the table as it is then, asked
+//! again. What the tables carry is also where a job whose checkpoint record is lost resumes
+//! ([`super::resume`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use iceberg::spec::{FormatVersion, Schema, UnboundPartitionSpec, deserialize_data_file_from_json};
@@ -15,7 +18,8 @@ use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
 
 use super::rewrite::rewrite_files;
-use super::state::PendingCommit;
+use super::state::{CheckpointRecord, PendingCommit};
+use crate::connector::Offsets;
 use crate::error::{Error, Result};
 use crate::lake::commit::{self, Committer, EvolvingAppend, prepare, staged};
 use crate::schema::merge::{merge_schemas, remap_spec};
@@ -24,61 +28,134 @@ use crate::schema::merge::{merge_schemas, remap_spec};
 pub const SUMMARY_JOB: &str = "floe.job";
 /// Summary key: the checkpoint id a snapshot commits.
 pub const SUMMARY_CHECKPOINT: &str = "floe.checkpoint";
+/// Summary key: the source offsets (JSON, per source name) the job resumes from after it.
+pub const SUMMARY_OFFSETS: &str = "floe.offsets";
 
 /// The table property that holds the last checkpoint of `job` committed to a table.
 pub fn checkpoint_property(job: &str) -> String {
     format!("{SUMMARY_CHECKPOINT}.{job}")
 }
 
-/// The highest checkpoint of `job` committed to `table`, if any: in the snapshots that
-/// carry it, or in the table property expiry leaves.
+/// The table property that holds the offsets of that checkpoint.
+pub fn offsets_property(job: &str) -> String {
+    format!("{SUMMARY_OFFSETS}.{job}")
+}
+
+/// What a committed checkpoint leaves in a table: whose it is, which, and where its job
+/// resumes after it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mark {
+    pub job: String,
+    pub checkpoint: u64,
+    /// The source offsets after the checkpoint; `None` in tables written by a floe that did
+    /// not record them.
+    pub offsets: Option<BTreeMap<String, Offsets>>,
+    /// When it was committed (ms since the epoch; 0 when only the properties tell).
+    pub time_ms: i64,
+}
+
+impl Mark {
+    /// The mark a checkpoint record's commits leave.
+    pub fn of(record: &CheckpointRecord) -> Self {
+        Self {
+            job: record.job.clone(),
+            checkpoint: record.checkpoint,
+            offsets: Some(record.sources.clone()),
+            time_ms: record.time_ms,
+        }
+    }
+
+    /// The latest mark of `job` in `table`, if any: in the snapshots that carry one, or in
+    /// the table properties expiry leaves.
+    pub fn read(table: &Table, job: &str) -> Option<Self> {
+        let md = table.metadata();
+        let offsets = |json: Option<&String>| json.and_then(|j| serde_json::from_str(j).ok());
+        let in_properties = md
+            .properties()
+            .get(&checkpoint_property(job))
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|checkpoint| Self {
+                job: job.to_string(),
+                checkpoint,
+                offsets: offsets(md.properties().get(&offsets_property(job))),
+                time_ms: 0,
+            });
+        let in_snapshots = md
+            .snapshots()
+            .filter_map(|s| {
+                let summary = &s.summary().additional_properties;
+                if summary.get(SUMMARY_JOB).map(String::as_str) != Some(job) {
+                    return None;
+                }
+                Some(Self {
+                    job: job.to_string(),
+                    checkpoint: summary.get(SUMMARY_CHECKPOINT)?.parse().ok()?,
+                    offsets: offsets(summary.get(SUMMARY_OFFSETS)),
+                    time_ms: s.timestamp_ms(),
+                })
+            })
+            .max_by_key(|m| m.checkpoint);
+        match (in_properties, in_snapshots) {
+            (Some(p), Some(s)) if p.checkpoint > s.checkpoint => Some(p),
+            (p, s) => s.or(p),
+        }
+    }
+
+    fn offsets_json(&self) -> Option<String> {
+        self.offsets
+            .as_ref()
+            .map(|o| serde_json::to_string(o).unwrap_or_default())
+    }
+
+    /// The snapshot summary a commit of this checkpoint carries.
+    fn summary(&self) -> HashMap<String, String> {
+        let mut summary = HashMap::from([
+            (SUMMARY_JOB.to_string(), self.job.clone()),
+            (SUMMARY_CHECKPOINT.to_string(), self.checkpoint.to_string()),
+        ]);
+        summary.extend(
+            self.offsets_json()
+                .map(|o| (SUMMARY_OFFSETS.to_string(), o)),
+        );
+        summary
+    }
+
+    /// The table properties a commit of this checkpoint sets.
+    fn properties(&self) -> HashMap<String, String> {
+        let mut properties =
+            HashMap::from([(checkpoint_property(&self.job), self.checkpoint.to_string())]);
+        properties.extend(
+            self.offsets_json()
+                .map(|o| (offsets_property(&self.job), o)),
+        );
+        properties
+    }
+}
+
+/// The highest checkpoint of `job` committed to `table`, if any (see [`Mark::read`]).
 pub fn committed_checkpoint(table: &Table, job: &str) -> Option<u64> {
-    let property = table
-        .metadata()
-        .properties()
-        .get(&checkpoint_property(job))
-        .and_then(|v| v.parse::<u64>().ok());
-    let in_snapshots = table
-        .metadata()
-        .snapshots()
-        .filter(|s| {
-            s.summary()
-                .additional_properties
-                .get(SUMMARY_JOB)
-                .map(String::as_str)
-                == Some(job)
-        })
-        .filter_map(|s| {
-            s.summary()
-                .additional_properties
-                .get(SUMMARY_CHECKPOINT)?
-                .parse::<u64>()
-                .ok()
-        })
-        .max();
-    property.max(in_snapshots)
+    Mark::read(table, job).map(|m| m.checkpoint)
 }
 
 /// Tables committed at once by [`commit_all`].
 const PARALLEL_COMMITS: usize = 8;
 
-/// Commit every table of a checkpoint, several at a time (each table's commit is
+/// Commit every table of a checkpoint record, several at a time (each table's commit is
 /// independent; a checkpoint of many tables would otherwise wait on each in turn). `known`
 /// holds tables as the job last saw them (saving a catalog load each; a stale one only costs
 /// a retry). Returns the tables as committed.
 pub async fn commit_all(
     catalog: &Arc<dyn Catalog>,
     committer: Option<&Committer>,
-    tables: &[PendingCommit],
-    job: &str,
-    checkpoint: u64,
+    record: &CheckpointRecord,
     known: &HashMap<TableIdent, Table>,
 ) -> Result<HashMap<TableIdent, Table>> {
+    let mark = Mark::of(record);
     let mut committed = HashMap::new();
-    for chunk in tables.chunks(PARALLEL_COMMITS) {
+    for chunk in record.tables.chunks(PARALLEL_COMMITS) {
         let commits = chunk.iter().map(|p| async {
             let ident = p.ident()?;
-            let table = commit_once(catalog, committer, p, job, checkpoint, known.get(&ident));
+            let table = commit_once(catalog, committer, p, &mark, known.get(&ident));
             Ok::<_, Error>((ident, table.await?))
         });
         for (ident, table) in futures::future::try_join_all(commits).await? {
@@ -93,7 +170,7 @@ pub async fn commit_all(
 /// Attempts at a commit that another writer's commit keeps beating.
 const CONFLICT_ATTEMPTS: u32 = 10;
 
-/// Commit `pending` as checkpoint `checkpoint` of `job`, unless the table has it already.
+/// Commit `pending` with `mark` (its job's checkpoint), unless the table has it already.
 /// Returns the table as committed, or `None` when nothing was committed. Files of a table that
 /// was dropped and re-created since are not committed to the new one. A commit another writer
 /// beat is tried again on the table as that writer left it (merging schema changes, see
@@ -102,14 +179,13 @@ pub async fn commit_once(
     catalog: &Arc<dyn Catalog>,
     committer: Option<&Committer>,
     pending: &PendingCommit,
-    job: &str,
-    checkpoint: u64,
+    mark: &Mark,
     known: Option<&Table>,
 ) -> Result<Option<Table>> {
     let mut attempt = 1;
     let mut known = known.cloned();
     loop {
-        match try_commit(catalog, committer, pending, job, checkpoint, known.take()).await {
+        match try_commit(catalog, committer, pending, mark, known.take()).await {
             Err(e) if is_conflict(&e) && attempt < CONFLICT_ATTEMPTS => {
                 // Jitter, so that two writers retrying do not collide again in step.
                 let ms =
@@ -141,11 +217,18 @@ async fn try_commit(
     catalog: &Arc<dyn Catalog>,
     committer: Option<&Committer>,
     pending: &PendingCommit,
-    job: &str,
-    checkpoint: u64,
+    mark: &Mark,
     known: Option<Table>,
 ) -> Result<Option<Table>> {
     let ident = pending.ident()?;
+    let (job, checkpoint) = (mark.job.as_str(), mark.checkpoint);
+    // iceberg-rust's append (format v1, catalogs without floe's committer) commits onto the
+    // table as it loads it then, not as it was asked here: for that path, ask the table as it
+    // is now.
+    let evolves = pending.schema.is_some() || pending.spec.is_some();
+    let known = known.filter(|t| {
+        committer.is_some() && (evolves || t.metadata().format_version() != FormatVersion::V1)
+    });
     let table = match known {
         Some(t) => t,
         None => match catalog.load_table(&ident).await {
@@ -161,11 +244,7 @@ async fn try_commit(
     if committed_checkpoint(&table, job).is_some_and(|c| c >= checkpoint) {
         return Ok(None);
     }
-    let summary = HashMap::from([
-        (SUMMARY_JOB.to_string(), job.to_string()),
-        (SUMMARY_CHECKPOINT.to_string(), checkpoint.to_string()),
-    ]);
-    let properties = HashMap::from([(checkpoint_property(job), checkpoint.to_string())]);
+    let (summary, properties) = (mark.summary(), mark.properties());
     let schema: Option<Schema> = pending
         .schema
         .as_deref()
@@ -178,7 +257,6 @@ async fn try_commit(
         .map(serde_json::from_str)
         .transpose()
         .map_err(|e| Error::Internal(format!("spec in checkpoint {checkpoint}: {e}")))?;
-    let evolves = schema.is_some() || spec.is_some();
     // Another writer changed the schema since ours was derived: merge the two.
     let mut rewrite: Option<HashMap<i32, i32>> = None;
     let (schema, spec) = match (schema, pending.base_schema_id) {
@@ -238,7 +316,7 @@ async fn try_commit(
         if !evolves && single_default_spec {
             let files = groups.pop().map(|(_, f)| f).unwrap_or_default();
             return Ok(Some(
-                commit::append(catalog, &table, files, summary, properties).await?,
+                commit::append_unretried(catalog, &table, files, summary, properties).await?,
             ));
         }
         return Err(Error::Unsupported(format!(

@@ -3,17 +3,21 @@
 //! ```text
 //! barrier: writers close files (nothing visible yet)
 //!    -> record {checkpoint id, source offsets, data files per table} written durably
-//!    -> each table committed once, summary {floe.job, floe.checkpoint}
+//!    -> each table committed once, summary {floe.job, floe.checkpoint, floe.offsets}
 //! start: read the record -> commit what a table lacks (idempotent) -> seek sources -> go on
+//!        (no record: the tables' marks say where, see resume)
 //! ```
 //!
 //! A crash between any two steps loses nothing and duplicates nothing: files written after
 //! the last record are never committed (orphans), commits of the last record are redone only
-//! where missing, and sources resume from the recorded offsets.
+//! where missing, and sources resume from the recorded offsets. A lost record loses only the
+//! commits it alone named: those of a checkpoint interrupted by the same crash.
 
 pub mod commit;
+pub mod resume;
 pub mod rewrite;
 pub mod state;
 
-pub use commit::{commit_all, commit_once, committed_checkpoint};
+pub use commit::{Mark, commit_all, commit_once, committed_checkpoint};
+pub use resume::{Resume, TableMarks, resume};
 pub use state::{CheckpointRecord, FileGroup, JobLock, PendingCommit, StateStore};

@@ -82,19 +82,13 @@ impl Runner<'_> {
         let mut known = self.data.known();
         known.extend(self.dead.known());
         let target = self.job.target.clone();
-        let (job, checkpoint, tables) = (
-            self.job.name.clone(),
-            record.checkpoint,
-            record.tables.clone(),
-        );
+        let committed = record.clone();
         // The commits' own work (manifests, metadata) on the write runtime.
         let task = runtime::spawn(async move {
             commit_all(
                 &target.catalog,
                 target.committer.as_deref(),
-                &tables,
-                &job,
-                checkpoint,
+                &committed,
                 &known,
             )
             .await

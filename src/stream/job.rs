@@ -21,7 +21,8 @@ use super::barrier::Committing;
 use super::query::ContinuousQuery;
 use super::status::{JobState, JobStatus};
 use super::watermark::WatermarkTracker;
-use crate::checkpoint::{StateStore, commit_all};
+use crate::checkpoint::resume::{mark_of, marks_in};
+use crate::checkpoint::{Mark, StateStore, TableMarks, commit_all, resume};
 use crate::connector::{Offsets, Poll, SourceReader};
 use crate::error::{Error, Result};
 use crate::lake::Committer;
@@ -248,48 +249,65 @@ impl<'a> Runner<'a> {
             readers.push((source.name.clone(), source.reader()?, false));
             watermarks.push(WatermarkTracker::try_new(source, job.query.state()).await?);
         }
-        let mut checkpoint = 0;
-        let mut committed_offsets = BTreeMap::new();
         let target = &job.target;
-        // What identifies the destination across restarts: a table's UUID (a re-created
-        // table of the same name starts the job afresh), or a routed namespace's name.
-        let identity = match &target.destination {
-            Destination::Table(ident) => {
-                let table = target.catalog.load_table(ident).await?;
-                table.metadata().uuid().to_string()
-            }
-            Destination::Routed { .. } => target.to_string(),
-        };
-        let record = job
-            .store
-            .load(&job.name)?
-            .filter(|r| r.table_uuid.as_deref() == Some(identity.as_str()));
-        if let Some(record) = record {
-            // Finish the commits of the last checkpoint (idempotent), then resume after it.
+        let record = job.store.load(&job.name)?;
+        if let Some(record) = &record {
+            // Finish the commits of the last checkpoint (idempotent; each table's only to the
+            // table it was written for).
             commit_all(
                 &target.catalog,
                 target.committer.as_deref(),
-                &record.tables,
-                &job.name,
-                record.checkpoint,
+                record,
                 &HashMap::new(),
             )
             .await?;
+        }
+        // What identifies the destination across restarts: a table's UUID (a re-created
+        // table of the same name starts the job afresh), or a routed namespace's name. And
+        // what the tables carry of the job: where it resumes when the record is lost.
+        let mut marks = TableMarks::default();
+        let mut destination = None;
+        let identity = match &target.destination {
+            Destination::Table(ident) => {
+                let table = target.catalog.load_table(ident).await?;
+                marks.add(Mark::read(&table, &job.name), true);
+                let dead = TableIdent::new(
+                    ident.namespace().clone(),
+                    dead_letter::DEAD_LETTER_TABLE.to_string(),
+                );
+                marks.add(mark_of(&target.catalog, &dead, &job.name).await?, false);
+                let uuid = table.metadata().uuid().to_string();
+                destination = Some(table);
+                uuid
+            }
+            Destination::Routed { namespace, .. } => {
+                if record.is_none() {
+                    marks = marks_in(&target.catalog, namespace, &job.name).await?;
+                }
+                target.to_string()
+            }
+        };
+        let start = resume(&job.name, record.as_ref(), &identity, &marks)?;
+        let mut committed_offsets = BTreeMap::new();
+        if let Some(sources) = &start.sources {
             for (name, reader, _) in &mut readers {
-                if let Some(offsets) = record.sources.get(name) {
+                if let Some(offsets) = sources.get(name) {
                     reader.seek(offsets)?;
                 }
             }
-            checkpoint = record.checkpoint;
-            committed_offsets = record.sources.clone();
-            job.status.checkpoint.store(checkpoint, Ordering::Relaxed);
-            job.status
-                .checkpoint_time_ms
-                .store(record.time_ms.max(0) as u64, Ordering::Relaxed);
+            committed_offsets = sources.clone();
         }
+        let checkpoint = start.checkpoint;
+        job.status.checkpoint.store(checkpoint, Ordering::Relaxed);
+        job.status
+            .checkpoint_time_ms
+            .store(start.time_ms.max(0) as u64, Ordering::Relaxed);
         let (data, dead_letters): (Box<dyn Sink>, &str) = match &target.destination {
             Destination::Table(ident) => {
-                let table = target.catalog.load_table(ident).await?;
+                let table = match destination {
+                    Some(t) => t,
+                    None => target.catalog.load_table(ident).await?,
+                };
                 let sink = TableSink::new(
                     &target.catalog_name,
                     &target.catalog,

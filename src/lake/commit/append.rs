@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use iceberg::Catalog;
-use iceberg::spec::DataFile;
+use iceberg::spec::{DataFile, TableProperties};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
@@ -40,4 +40,36 @@ pub async fn append(
         tx = update.apply(tx)?;
     }
     Ok(tx.commit(catalog.as_ref()).await?)
+}
+
+/// [`append`], with a conflict returned instead of retried: iceberg-rust's retry re-applies
+/// the append to the table as it is then, and so does its first attempt (it loads the table
+/// again), without asking whether the commit is still wanted. The caller asks the table (a
+/// checkpoint's mark, [`crate::checkpoint::commit`]) and tries again itself.
+pub async fn append_unretried(
+    catalog: &Arc<dyn Catalog>,
+    table: &Table,
+    files: Vec<DataFile>,
+    summary: HashMap<String, String>,
+    properties: HashMap<String, String>,
+) -> Result<Table> {
+    if files.is_empty() {
+        return Ok(table.clone());
+    }
+    // The transaction's retries come from the properties of the table it starts from; its
+    // commit starts over from the table as loaded, so this copy is never committed.
+    let mut settings = table.metadata().properties().clone();
+    settings.insert(
+        TableProperties::PROPERTY_COMMIT_NUM_RETRIES.to_string(),
+        "0".to_string(),
+    );
+    let metadata = table
+        .metadata()
+        .clone()
+        .into_builder(table.metadata_location().map(str::to_string))
+        .set_properties(settings)?
+        .build()?
+        .metadata;
+    let copy = super::table_like(table, metadata, table.metadata_location())?;
+    append(catalog, &copy, files, summary, properties).await
 }

@@ -51,15 +51,7 @@ pub fn staged(
         return Ok(base.clone());
     }
     let metadata = evolve(base, schema, spec)?;
-    let mut builder = Table::builder()
-        .metadata(metadata)
-        .identifier(base.identifier().clone())
-        .file_io(base.file_io().clone())
-        .runtime(iceberg::Runtime::try_current()?);
-    if let Some(loc) = base.metadata_location() {
-        builder = builder.metadata_location(loc.to_string());
-    }
-    Ok(builder.build()?)
+    super::table_like(base, metadata, base.metadata_location())
 }
 
 fn schema_updates(schema: Option<Schema>, spec: Option<UnboundPartitionSpec>) -> Vec<TableUpdate> {

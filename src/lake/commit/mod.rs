@@ -18,14 +18,32 @@ pub mod evolving;
 pub mod rest;
 pub mod sql;
 
-pub use append::append;
+pub use append::{append, append_unretried};
 pub use evolving::{EvolvingAppend, Prepared, prepare, staged};
 pub use rest::RestCommitter;
 pub use sql::SqlCommitter;
 
+use iceberg::spec::TableMetadataRef;
 use iceberg::table::Table;
 
 use crate::error::Result;
+
+/// `base` (its identifier and file IO) with other metadata, at `location`.
+pub fn table_like(
+    base: &Table,
+    metadata: impl Into<TableMetadataRef>,
+    location: Option<&str>,
+) -> Result<Table> {
+    let mut builder = Table::builder()
+        .metadata(metadata)
+        .identifier(base.identifier().clone())
+        .file_io(base.file_io().clone())
+        .runtime(iceberg::Runtime::try_current()?);
+    if let Some(location) = location {
+        builder = builder.metadata_location(location);
+    }
+    Ok(builder.build()?)
+}
 
 /// floe's commit path to a catalog, by catalog type.
 #[derive(Debug)]

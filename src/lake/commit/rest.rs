@@ -244,13 +244,7 @@ impl RestCommitter {
                 .json()
                 .await
                 .map_err(|e| rest_error(&format!("reading the commit of {ident}"), e))?;
-            return Ok(Table::builder()
-                .metadata(body.metadata)
-                .metadata_location(body.metadata_location)
-                .identifier(ident.clone())
-                .file_io(base.file_io().clone())
-                .runtime(iceberg::Runtime::try_current()?)
-                .build()?);
+            return super::table_like(base, body.metadata, Some(&body.metadata_location));
         }
     }
 }

@@ -87,12 +87,6 @@ impl SqlCommitter {
             .with_retryable(true)
             .into());
         }
-        Ok(Table::builder()
-            .metadata(metadata)
-            .metadata_location(location)
-            .identifier(ident.clone())
-            .file_io(base.file_io().clone())
-            .runtime(iceberg::Runtime::try_current()?)
-            .build()?)
+        super::table_like(base, metadata, Some(&location))
     }
 }
