@@ -8,7 +8,7 @@
 //! snapshots and in those properties: if it is there, the commit happened before a crash and
 //! is skipped. A commit another writer beat is retried on the table as it is then, asked
 //! again. What the tables carry is also where a job whose checkpoint record is lost resumes
-//! ([`super::resume`]).
+//! ([`mod@super::resume`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
