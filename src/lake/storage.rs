@@ -6,8 +6,15 @@
 //! `LocalFsStorage`'s behaviour (path forms, sync on close) and moves each call to the
 //! blocking pool, where several run at once while the worker goes on. Unlike `tokio::fs`, a
 //! writer keeps no buffer between writes (a job holds one open file per table).
+//!
+//! Every file written is durable before its write returns (`write`) or its writer closes:
+//! the file is synced, and so are the directories that name it (the ones created for it and
+//! the existing one above them). A catalog is pointed at metadata only after it is written,
+//! so a power loss cannot leave it pointing at a file (or a manifest, or a data file) that is
+//! not there.
 
 use std::ops::Range;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -94,13 +101,24 @@ impl Storage for LocalStorage {
 
     async fn write(&self, path: &str, bs: Bytes) -> Result<()> {
         let path = path.to_string();
-        blocking(move || block_on(LocalFsStorage.write(&path, bs))).await
+        blocking(move || {
+            let dirs = dirs_naming(&local_path(&path));
+            let mut writer = block_on(LocalFsStorage.writer(&path))?;
+            block_on(writer.write(bs))?;
+            block_on(writer.close())?;
+            sync_dirs(&dirs)
+        })
+        .await
     }
 
     async fn writer(&self, path: &str) -> Result<Box<dyn FileWrite>> {
         let path = path.to_string();
-        let inner = blocking(move || block_on(LocalFsStorage.writer(&path))).await?;
-        Ok(Box::new(Writer(Some(inner))))
+        let (inner, dirs) = blocking(move || {
+            let dirs = dirs_naming(&local_path(&path));
+            Ok((block_on(LocalFsStorage.writer(&path))?, dirs))
+        })
+        .await?;
+        Ok(Box::new(Writer(Some(inner), Some(dirs))))
     }
 
     async fn delete(&self, path: &str) -> Result<()> {
@@ -144,8 +162,56 @@ impl FileRead for Reader {
     }
 }
 
-/// A local file's writer; each write (and the closing sync) runs on the blocking pool.
-struct Writer(Option<Box<dyn FileWrite>>);
+/// A local file as a path (`file:///p`, `file:/p` and `/p` are the same file).
+fn local_path(location: &str) -> PathBuf {
+    let path = location
+        .strip_prefix("file://")
+        .or_else(|| location.strip_prefix("file:"))
+        .unwrap_or(location);
+    match location.starts_with("file:") && !path.starts_with('/') {
+        true => PathBuf::from(format!("/{path}")),
+        false => PathBuf::from(path),
+    }
+}
+
+/// The directories to sync once a new file at `path` is: its parent and every ancestor that
+/// does not exist yet (their names are new too), then the first that does.
+fn dirs_naming(path: &Path) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    let mut next = path.parent();
+    while let Some(dir) = next {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        dirs.push(dir.to_path_buf());
+        if dir.exists() {
+            break;
+        }
+        next = dir.parent();
+    }
+    dirs
+}
+
+/// Sync `dirs`, so that the names of the files (and directories) in them are durable.
+fn sync_dirs(dirs: &[PathBuf]) -> Result<()> {
+    for dir in dirs {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Unexpected,
+                    format!("syncing directory {}: {e}", dir.display()),
+                )
+            })?;
+    }
+    Ok(())
+}
+
+/// A local file's writer; each write (and the closing sync) runs on the blocking pool. The
+/// directories naming the file are synced when it closes.
+struct Writer(Option<Box<dyn FileWrite>>, Option<Vec<PathBuf>>);
 
 impl Writer {
     async fn with<F>(&mut self, f: F) -> Result<()>
@@ -173,7 +239,12 @@ impl FileWrite for Writer {
     }
 
     async fn close(&mut self) -> Result<()> {
-        self.with(|w| block_on(w.close())).await
+        let dirs = self.1.take().unwrap_or_default();
+        self.with(move |w| {
+            block_on(w.close())?;
+            sync_dirs(&dirs)
+        })
+        .await
     }
 }
 
@@ -199,5 +270,32 @@ mod tests {
         assert!(!storage.exists(&path).await.unwrap());
         let missing = storage.read(&path).await.unwrap_err();
         assert!(missing.to_string().contains("data.bin"), "{missing}");
+        let whole = format!("file:{}/c/metadata.json", dir.path().display());
+        storage
+            .write(&whole, Bytes::from_static(b"{}"))
+            .await
+            .unwrap();
+        assert_eq!(&storage.read(&whole).await.unwrap()[..], b"{}");
+    }
+
+    #[test]
+    fn a_new_file_syncs_the_directories_that_name_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join("t")).unwrap();
+        let file = root.join("t/data/region=eu/f.parquet");
+        assert_eq!(
+            dirs_naming(&file),
+            [
+                root.join("t/data/region=eu"),
+                root.join("t/data"),
+                root.join("t")
+            ]
+        );
+        assert_eq!(dirs_naming(Path::new("f.json")), [PathBuf::from(".")]);
+        assert_eq!(local_path("file:///a/b"), PathBuf::from("/a/b"));
+        assert_eq!(local_path("file:/a/b"), PathBuf::from("/a/b"));
+        assert_eq!(local_path("file://a/b"), PathBuf::from("/a/b"));
+        assert_eq!(local_path("lake/a"), PathBuf::from("lake/a"));
     }
 }
