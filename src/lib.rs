@@ -36,18 +36,20 @@
 //!  every checkpoint.interval (stream::barrier):
 //!    1. sinks flush and close their files            (nothing visible yet)
 //!    2. checkpoint::state: record {id, source offsets, files per table}, written durably
-//!    3. checkpoint::commit: each table committed once, summary {floe.job, floe.checkpoint};
+//!    3. checkpoint::commit: each table committed once, its mark in the summary and the
+//!       properties {floe.job, floe.checkpoint, floe.offsets};
 //!       a table that already holds this checkpoint is skipped (idempotent)
 //!       -- on a thread of its own while the job reads on; the next record waits for it
 //!  on start: read the record -> commit what a table lacks -> seek every source -> go on
+//!            (no record: the tables' marks, floe.checkpoint + floe.offsets, say where)
 //! ```
 //!
 //! ## Layers
 //!
 //! `error < schema < lake < checkpoint < sink < stream < catalog/session < cli`: each uses
-//! only those to its left ([`task`], [`sql`], [`config`], [`connector`] and [`mod@format`] are
-//! used across them). New commit actions go in [`lake::commit`], new statements in
-//! [`session`], new operators in [`stream`].
+//! only those to its left ([`task`], [`secret`], [`failpoint`], [`sql`], [`config`],
+//! [`connector`] and [`mod@format`] are used across them). New commit actions go in
+//! [`lake::commit`], new statements in [`session`], new operators in [`stream`].
 
 pub mod catalog;
 pub mod checkpoint;
@@ -55,6 +57,7 @@ pub mod cli;
 pub mod config;
 pub mod connector;
 pub mod error;
+pub mod failpoint;
 pub mod format;
 pub mod interrupt;
 pub mod lake;

@@ -197,3 +197,46 @@ fn a_routed_evolving_job_killed_and_restarted_gives_the_same_tables() {
         "killed and restarted"
     );
 }
+
+/// A crash at each step of a checkpoint (`FLOE_FAILPOINT`, see `src/failpoint.rs`): after the
+/// record is written, between two table commits, after the commits before the next record,
+/// and halfway through writing a metadata file. Restarted, the job leaves the same tables as
+/// a run that never crashed.
+#[test]
+fn a_crash_at_each_step_of_a_checkpoint_loses_and_duplicates_nothing() {
+    use std::os::unix::process::ExitStatusExt;
+    let straight = tempfile::tempdir().unwrap();
+    run_script_to_end(straight.path(), &routed_script("1h"));
+    let expected = routed_summary(straight.path());
+    assert_eq!(expected.lines().count(), 4, "{expected}");
+
+    for failpoint in [
+        "after-record:3",
+        "between-commits:5",
+        "after-commits:3",
+        "in-metadata-write:4",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let script = routed_script("100ms");
+        std::fs::write(dir.path().join("job.sql"), &script).unwrap();
+        let crashed = floe()
+            .current_dir(dir.path())
+            .env("FLOE_FAILPOINT", failpoint)
+            .args(["-q", "-f", "job.sql"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            crashed.status.signal(),
+            Some(9),
+            "{failpoint}: the process was not killed there: {:?} {}",
+            crashed.status,
+            String::from_utf8_lossy(&crashed.stderr)
+        );
+        run_script_to_end(dir.path(), &script);
+        assert_eq!(
+            routed_summary(dir.path()),
+            expected,
+            "crashed at {failpoint}"
+        );
+    }
+}

@@ -21,6 +21,7 @@ use super::rewrite::rewrite_files;
 use super::state::{CheckpointRecord, PendingCommit};
 use crate::connector::Offsets;
 use crate::error::{Error, Result};
+use crate::failpoint;
 use crate::lake::commit::{self, Committer, EvolvingAppend, prepare, staged};
 use crate::schema::merge::{merge_schemas, remap_spec};
 
@@ -155,8 +156,11 @@ pub async fn commit_all(
     for chunk in record.tables.chunks(PARALLEL_COMMITS) {
         let commits = chunk.iter().map(|p| async {
             let ident = p.ident()?;
-            let table = commit_once(catalog, committer, p, &mark, known.get(&ident));
-            Ok::<_, Error>((ident, table.await?))
+            let table = commit_once(catalog, committer, p, &mark, known.get(&ident)).await?;
+            if record.tables.len() > 1 {
+                failpoint::reach(failpoint::BETWEEN_COMMITS);
+            }
+            Ok::<_, Error>((ident, table))
         });
         for (ident, table) in futures::future::try_join_all(commits).await? {
             if let Some(t) = table {
@@ -164,6 +168,7 @@ pub async fn commit_all(
             }
         }
     }
+    failpoint::reach(failpoint::AFTER_COMMITS);
     Ok(committed)
 }
 

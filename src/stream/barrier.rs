@@ -22,6 +22,7 @@ use super::job::Runner;
 use crate::checkpoint::{CheckpointRecord, commit_all};
 use crate::connector::Offsets;
 use crate::error::Result;
+use crate::failpoint;
 use crate::lake::runtime;
 use crate::task::{AbortOnDrop, joined};
 
@@ -77,6 +78,7 @@ impl Runner<'_> {
             table_uuid: Some(self.identity.clone()),
         };
         self.job.store.save(&record)?;
+        failpoint::reach(failpoint::AFTER_RECORD);
         self.checkpoint = record.checkpoint;
         self.committed_offsets = offsets;
         let mut known = self.data.known();
