@@ -12,11 +12,11 @@
 //! ```
 //!
 //! Columns are declared. Declare `_file STRING` and `_line BIGINT` to get each record's file
-//! and 1-based line number. Files are read in name order; each file's offset is the number
-//! of its lines consumed. Files are taken as immutable once they appear.
+//! and 1-based line number. Files are read in name order, each from where the last read
+//! stopped (see [`FilesystemReader`]). Files are taken as immutable once they appear.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeSet, HashSet};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -65,15 +65,61 @@ impl FilesystemOptions {
     }
 }
 
-/// Reads the files of one filesystem source.
+/// Offsets key: the last file read to its end in name order (every file whose path sorts
+/// at or before it is done).
+const DONE: &str = "done";
+/// Offsets keys: the file being read, its lines consumed and the byte after them, and
+/// whether it is a late file (see below).
+const FILE: &str = "file";
+const LINE: &str = "line";
+const BYTE: &str = "byte";
+const FILE_LATE: &str = "file.late";
+/// Offsets key prefix: a file read out of order, because it appeared after files sorting
+/// after it were read (`late:<path>`); kept while the file is there.
+const LATE: &str = "late:";
+
+/// Lines read from a file at most per poll, in bytes (a poll also stops at its row count).
+const POLL_BYTES: usize = 16 << 20;
+
+/// Reads the files of one filesystem source, in name order, each from where the last read
+/// stopped (a byte offset: resuming reads no file again).
+///
+/// ```text
+/// offsets: done = <path>                      every file sorting at or before it is read
+///          file = <path>, line = n, byte = b  the file in progress
+///          late:<path> = read                 read out of order (it appeared late)
+/// ```
+///
+/// The offsets stay this size however many files are read. A file that appears with a name
+/// sorting before one already read is read when the job sees it appear (and kept as `late:`
+/// while it exists); one that appears so while the job is not running is taken as read.
 pub struct FilesystemReader {
     schema: SchemaRef,
     options: FilesystemOptions,
-    /// Lines consumed per file (the offsets).
-    consumed: BTreeMap<String, u64>,
-    /// The file being read and its lines.
-    current: Option<(String, Vec<Vec<u8>>)>,
+    done: Option<String>,
+    late: BTreeSet<String>,
+    current: Option<OpenFile>,
+    /// The files sorting at or before `done` when this reader first listed: read before.
+    known: Option<HashSet<String>>,
     last_listing: Option<Instant>,
+}
+
+/// A line of a file: its 1-based number and its bytes.
+type Line = (u64, Vec<u8>);
+
+/// The file being read.
+struct OpenFile {
+    path: String,
+    /// Lines consumed (blank ones too: `_line` is the line's number in the file).
+    line: u64,
+    /// The byte after them.
+    byte: u64,
+    /// Opened at `byte`; `None` until the first read.
+    reader: Option<std::io::BufReader<std::fs::File>>,
+    /// Non-blank lines still to skip before reading (offsets written by an older floe
+    /// counted those, without a byte offset).
+    skip_records: u64,
+    late: bool,
 }
 
 impl FilesystemReader {
@@ -81,20 +127,22 @@ impl FilesystemReader {
         Self {
             schema,
             options,
-            consumed: BTreeMap::new(),
+            done: None,
+            late: Default::default(),
             current: None,
+            known: None,
             last_listing: None,
         }
     }
 
-    fn list(&self) -> Result<Vec<PathBuf>> {
+    fn list(&self) -> Result<Vec<String>> {
         let path = &self.options.path;
         if path.is_file() {
-            return Ok(vec![path.clone()]);
+            return Ok(vec![path.to_string_lossy().into_owned()]);
         }
         let entries = std::fs::read_dir(path)
             .map_err(|e| Error::io(format!("listing source path {}", path.display()), e))?;
-        let mut files: Vec<PathBuf> = entries
+        let mut files: Vec<String> = entries
             .flatten()
             .map(|e| e.path())
             .filter(|p| {
@@ -103,38 +151,89 @@ impl FilesystemReader {
                         .and_then(|n| n.to_str())
                         .is_some_and(|n| !n.starts_with('.') && !n.starts_with('_'))
             })
+            .map(|p| p.to_string_lossy().into_owned())
             .collect();
         files.sort();
         Ok(files)
     }
 
-    /// Open the next file with unread lines, if any.
+    /// The next file to read, if any: the first after `done`, or one that appeared late.
     fn open_next(&mut self) -> Result<bool> {
-        for file in self.list()? {
-            let key = file.to_string_lossy().into_owned();
-            let done = self.consumed.get(&key).copied().unwrap_or(0);
-            let lines = read_lines(&file)?;
-            let csv = matches!(self.options.decoder.format(), Format::Csv { .. });
-            let skip = usize::from(csv && self.options.csv_header);
-            if done == 0 && skip > 0 && !lines.is_empty() {
-                self.consumed.insert(key.clone(), skip as u64);
-            }
-            let done = self.consumed.get(&key).copied().unwrap_or(0);
-            if (done as usize) < lines.len() {
-                self.current = Some((key, lines));
-                return Ok(true);
-            }
-            self.consumed.entry(key).or_insert(lines.len() as u64);
-        }
-        Ok(false)
+        let files = self.list()?;
+        // Late files no longer there need no entry.
+        self.late.retain(|f| files.binary_search(f).is_ok());
+        let done = self.done.clone();
+        let before = |f: &String| done.as_ref().is_some_and(|d| f <= d);
+        let known = self
+            .known
+            .get_or_insert_with(|| files.iter().filter(|f| before(f)).cloned().collect());
+        let late = files
+            .iter()
+            .find(|f| before(f) && !known.contains(*f) && !self.late.contains(*f));
+        let next = late.or_else(|| files.iter().find(|f| !before(f)));
+        let Some(path) = next.cloned() else {
+            return Ok(false);
+        };
+        self.current = Some(OpenFile {
+            late: before(&path),
+            path,
+            line: 0,
+            byte: 0,
+            reader: None,
+            skip_records: u64::from(self.skips_header()),
+        });
+        Ok(true)
     }
 
-    /// Decode `lines` (starting at 0-based line `first_line` of `file`); lines that do not
+    /// Read the next lines of the open file: at most `max_rows` records or [`POLL_BYTES`]
+    /// bytes. Returns the first line's number (0-based) and the non-blank lines, each with
+    /// its number; `true` when the file is at its end.
+    fn read_lines(file: &mut OpenFile, max_rows: usize) -> Result<(Vec<Line>, bool)> {
+        use std::io::{BufRead, Seek, SeekFrom};
+        if file.reader.is_none() {
+            let mut f = std::fs::File::open(&file.path)
+                .map_err(|e| Error::io(format!("opening {}", file.path), e))?;
+            f.seek(SeekFrom::Start(file.byte))
+                .map_err(|e| Error::io(format!("seeking in {}", file.path), e))?;
+            file.reader = Some(std::io::BufReader::with_capacity(1 << 20, f));
+        }
+        let Some(reader) = file.reader.as_mut() else {
+            return Ok((Vec::new(), true));
+        };
+        let mut lines = Vec::new();
+        let mut bytes = 0;
+        let mut buf = Vec::new();
+        while lines.len() < max_rows.max(1) && bytes < POLL_BYTES {
+            buf.clear();
+            let n = reader
+                .read_until(b'\n', &mut buf)
+                .map_err(|e| Error::io(format!("reading {}", file.path), e))?;
+            if n == 0 {
+                return Ok((lines, true));
+            }
+            file.byte += n as u64;
+            file.line += 1;
+            let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if line.trim_ascii().is_empty() {
+                continue;
+            }
+            if file.skip_records > 0 {
+                file.skip_records -= 1;
+                continue;
+            }
+            bytes += line.len();
+            lines.push((file.line, line.to_vec()));
+        }
+        Ok((lines, false))
+    }
+
+    /// Decode `lines` of `file` (each with its 1-based line number); lines that do not
     /// decode are returned as rejects, the others as a batch with metadata columns.
-    async fn decode(&self, file: &str, first_line: u64, lines: &[Vec<u8>]) -> Result<Poll> {
-        let records: Vec<&[u8]> = lines.iter().map(Vec::as_slice).collect();
+    async fn decode(&self, file: &str, lines: &[Line]) -> Result<Poll> {
+        let records: Vec<&[u8]> = lines.iter().map(|(_, l)| l.as_slice()).collect();
         let decoded = self.options.decoder.decode(&records).await?;
-        let number = |i: usize| first_line + i as u64 + 1;
+        let number = |i: usize| lines[i].0;
         let rejects = decoded
             .errors
             .iter()
@@ -158,19 +257,11 @@ impl FilesystemReader {
         })?;
         Ok(Poll::Records { batches, rejects })
     }
-}
 
-/// The non-blank lines of `file`, as bytes: a line that is not valid UTF-8 is one bad
-/// record (the decoder rejects it with its place), not a file that cannot be read.
-fn read_lines(file: &Path) -> Result<Vec<Vec<u8>>> {
-    let bytes =
-        std::fs::read(file).map_err(|e| Error::io(format!("reading {}", file.display()), e))?;
-    Ok(bytes
-        .split(|b| *b == b'\n')
-        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
-        .filter(|l| !l.trim_ascii().is_empty())
-        .map(<[u8]>::to_vec)
-        .collect())
+    /// Whether the first line of each file is a header to skip.
+    fn skips_header(&self) -> bool {
+        matches!(self.options.decoder.format(), Format::Csv { .. }) && self.options.csv_header
+    }
 }
 
 #[async_trait]
@@ -192,37 +283,90 @@ impl SourceReader for FilesystemReader {
                 });
             }
         }
-        let Some((file, lines)) = self.current.take() else {
+        let Some(mut file) = self.current.take() else {
             return Ok(Poll::Idle);
         };
-        let done = self.consumed.get(&file).copied().unwrap_or(0) as usize;
-        let end = (done + max_rows.max(1)).min(lines.len());
-        let poll = self.decode(&file, done as u64, &lines[done..end]).await?;
-        self.consumed.insert(file.clone(), end as u64);
-        if end < lines.len() {
-            self.current = Some((file, lines));
+        let (lines, at_end) = Self::read_lines(&mut file, max_rows)?;
+        let poll = self.decode(&file.path, &lines).await?;
+        if !at_end {
+            self.current = Some(file);
+            return Ok(poll);
+        }
+        if let Some(known) = &mut self.known {
+            known.insert(file.path.clone());
+        }
+        if file.late {
+            self.late.insert(file.path);
+        } else {
+            self.done = Some(file.path);
         }
         Ok(poll)
     }
 
     fn offsets(&self) -> Offsets {
-        self.consumed
-            .iter()
-            .map(|(f, n)| (f.clone(), n.to_string()))
-            .collect()
+        let mut offsets = Offsets::new();
+        if let Some(done) = &self.done {
+            offsets.insert(DONE.to_string(), done.clone());
+        }
+        for path in &self.late {
+            offsets.insert(format!("{LATE}{path}"), "read".to_string());
+        }
+        if let Some(f) = &self.current {
+            offsets.insert(FILE.to_string(), f.path.clone());
+            offsets.insert(LINE.to_string(), f.line.to_string());
+            offsets.insert(BYTE.to_string(), f.byte.to_string());
+            if f.late {
+                offsets.insert(FILE_LATE.to_string(), "true".to_string());
+            }
+        }
+        offsets
     }
 
     fn seek(&mut self, offsets: &Offsets) -> Result<()> {
-        self.consumed = offsets
-            .iter()
-            .map(|(f, n)| {
-                n.parse::<u64>().map(|n| (f.clone(), n)).map_err(|_| {
-                    Error::Internal(format!("line offset '{n}' of {f} is not a number"))
-                })
+        let number = |key: &str| {
+            let v = offsets.get(key).map_or("0", String::as_str);
+            v.parse::<u64>().map_err(|_| {
+                Error::Internal(format!("filesystem offset {key} = '{v}' is not a number"))
             })
-            .collect::<Result<_>>()?;
+        };
+        self.done = offsets.get(DONE).cloned();
         self.current = None;
+        self.known = None;
         self.last_listing = None;
+        self.late = offsets
+            .keys()
+            .filter_map(|k| k.strip_prefix(LATE))
+            .map(str::to_string)
+            .collect();
+        if let Some(path) = offsets.get(FILE) {
+            let line = number(LINE)?;
+            self.current = Some(OpenFile {
+                path: path.clone(),
+                line,
+                byte: number(BYTE)?,
+                reader: None,
+                skip_records: u64::from(line == 0 && self.skips_header()),
+                late: offsets.contains_key(FILE_LATE),
+            });
+        }
+        // Offsets of an older floe: non-blank lines consumed per file, read in name order,
+        // so every file but the last was read to its end.
+        let reserved = [DONE, FILE, LINE, BYTE, FILE_LATE];
+        let mut legacy: Vec<&String> = offsets
+            .keys()
+            .filter(|k| !reserved.contains(&k.as_str()) && !k.starts_with(LATE))
+            .collect();
+        if let Some(last) = legacy.pop() {
+            self.done = legacy.pop().cloned();
+            self.current = Some(OpenFile {
+                path: last.clone(),
+                line: 0,
+                byte: 0,
+                reader: None,
+                skip_records: number(last)?,
+                late: false,
+            });
+        }
         Ok(())
     }
 
@@ -230,11 +374,9 @@ impl SourceReader for FilesystemReader {
         self.options.monitor_interval.is_none()
     }
 
-    /// Lines left in the file being read (files not opened yet are not counted).
+    /// Records left are not known without reading the files.
     fn lag(&self) -> Option<u64> {
-        let (file, lines) = self.current.as_ref()?;
-        let done = self.consumed.get(file).copied().unwrap_or(0);
-        Some((lines.len() as u64).saturating_sub(done))
+        None
     }
 }
 
@@ -244,6 +386,7 @@ mod tests {
     use datafusion::arrow::datatypes::{Field, Int64Type, Schema};
 
     use super::*;
+    use std::path::Path;
 
     fn reader(dir: &Path, format: &str, extra: &[(&str, &str)]) -> FilesystemReader {
         let schema: SchemaRef = Arc::new(Schema::new(vec![
@@ -276,23 +419,130 @@ mod tests {
         }
     }
 
+    /// Poll until the reader has nothing: the ids read (stops at `Idle` too).
+    async fn drain(r: &mut FilesystemReader) -> Vec<i64> {
+        let mut out = Vec::new();
+        for _ in 0..20 {
+            match r.poll(10).await.unwrap() {
+                Poll::Records { batches, .. } => {
+                    for b in batches {
+                        out.extend(b.column(0).as_primitive::<Int64Type>().values())
+                    }
+                }
+                _ => break,
+            }
+        }
+        out
+    }
+
     #[tokio::test]
     async fn csv_with_header_in_file_order_and_seek() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("b.csv"), "id,name\n3,c\n4,d\n").unwrap();
         std::fs::write(dir.path().join("a.csv"), "id,name\n1,a\n2,b\n").unwrap();
         std::fs::write(dir.path().join(".hidden.csv"), "id,name\n9,z\n").unwrap();
-        let mut r = reader(dir.path(), "csv", &[("csv.header", "true")]);
+        let header = [("csv.header", "true")];
+        let mut r = reader(dir.path(), "csv", &header);
         assert_eq!(ids(&mut r, 1).await, vec![1, 2, 3, 4]);
         assert!(matches!(r.poll(10).await.unwrap(), Poll::Finished));
 
-        // Resume after the first record of b.csv.
-        let mut offsets = r.offsets();
-        let b = dir.path().join("b.csv").to_string_lossy().into_owned();
-        offsets.insert(b, "2".to_string());
-        let mut again = reader(dir.path(), "csv", &[("csv.header", "true")]);
-        again.seek(&offsets).unwrap();
+        // Resume after three records: in b.csv, after its first.
+        let mut r = reader(dir.path(), "csv", &header);
+        let mut first = Vec::new();
+        while first.len() < 3 {
+            first.extend(drain_one(&mut r).await);
+        }
+        assert_eq!(first, vec![1, 2, 3]);
+        let mut again = reader(dir.path(), "csv", &header);
+        again.seek(&r.offsets()).unwrap();
         assert_eq!(ids(&mut again, 10).await, vec![4]);
+
+        // Offsets of an older floe: non-blank lines per file (header included).
+        let a = dir.path().join("a.csv").to_string_lossy().into_owned();
+        let b = dir.path().join("b.csv").to_string_lossy().into_owned();
+        let legacy = Offsets::from([(a, "3".to_string()), (b, "2".to_string())]);
+        let mut old = reader(dir.path(), "csv", &header);
+        old.seek(&legacy).unwrap();
+        assert_eq!(ids(&mut old, 10).await, vec![4]);
+    }
+
+    async fn drain_one(r: &mut FilesystemReader) -> Vec<i64> {
+        match r.poll(1).await.unwrap() {
+            Poll::Records { batches, .. } => batches
+                .iter()
+                .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+                .collect(),
+            other => panic!("{:?}", matches!(other, Poll::Finished)),
+        }
+    }
+
+    #[tokio::test]
+    async fn resuming_reads_from_the_byte_it_stopped_at_and_offsets_stay_small() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..50 {
+            let name = dir.path().join(format!("{i:03}.json"));
+            std::fs::write(name, format!("{{\"id\": {i}}}\n")).unwrap();
+        }
+        let big = dir.path().join("100.json");
+        std::fs::write(&big, "{\"id\": 100}\n\n{\"id\": 101}\n{\"id\": 102}\n").unwrap();
+        let mut r = reader(dir.path(), "json", &[]);
+        let mut got = Vec::new();
+        while got.len() < 52 {
+            got.extend(drain_one(&mut r).await);
+        }
+        let offsets = r.offsets();
+        assert!(offsets.len() <= 4, "one entry per file: {offsets:?}");
+        assert_eq!(
+            offsets.get(LINE).map(String::as_str),
+            Some("3"),
+            "{offsets:?}"
+        );
+        // What was read is overwritten: a resumed reader that read the file again would see it.
+        let mut bytes = std::fs::read(&big).unwrap();
+        let read = offsets[BYTE].parse::<usize>().unwrap();
+        bytes[..read].fill(b'x');
+        std::fs::write(&big, bytes).unwrap();
+        let mut again = reader(dir.path(), "json", &[]);
+        again.seek(&offsets).unwrap();
+        let Poll::Records { batches, rejects } = again.poll(10).await.unwrap() else {
+            panic!()
+        };
+        assert!(rejects.is_empty(), "{rejects:?}");
+        let b = crate::connector::concat(&batches);
+        assert_eq!(b.column(0).as_primitive::<Int64Type>().values(), &[102]);
+        assert_eq!(
+            b.column(2).as_primitive::<Int64Type>().values(),
+            &[4],
+            "_line"
+        );
+        assert!(matches!(again.poll(10).await.unwrap(), Poll::Finished));
+    }
+
+    #[tokio::test]
+    async fn a_file_that_appears_late_is_read_once() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("2.json"), "{\"id\": 2}\n").unwrap();
+        let monitor = [("source.monitor-interval", "1ms")];
+        let mut r = reader(dir.path(), "json", &monitor);
+        assert_eq!(drain(&mut r).await, vec![2]);
+        std::fs::write(dir.path().join("1.json"), "{\"id\": 1}\n").unwrap();
+        std::fs::write(dir.path().join("3.json"), "{\"id\": 3}\n").unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let mut got = drain(&mut r).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        got.extend(drain(&mut r).await);
+        assert_eq!(got, vec![1, 3]);
+        let offsets = r.offsets();
+        let late = format!("{LATE}{}", dir.path().join("1.json").display());
+        assert!(offsets.contains_key(&late), "{offsets:?}");
+        let mut again = reader(dir.path(), "json", &monitor);
+        again.seek(&offsets).unwrap();
+        assert_eq!(drain(&mut again).await, Vec::<i64>::new());
+        // Once the late file is gone, so is its entry.
+        std::fs::remove_file(dir.path().join("1.json")).unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert_eq!(drain(&mut again).await, Vec::<i64>::new());
+        assert!(!again.offsets().contains_key(&late));
     }
 
     #[tokio::test]
