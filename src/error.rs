@@ -124,6 +124,10 @@ pub enum Error {
         source: Box<dyn std::error::Error + Send + Sync>,
         retryable: bool,
     },
+    /// The job must start again from its last checkpoint: what it was writing changed under
+    /// it (a table dropped and created again). Retried, as external failures are.
+    #[error("{0}; the job starts again from its last checkpoint")]
+    Restart(String),
     /// The Iceberg library or a catalog behind it failed.
     #[error("Iceberg: {0}")]
     Iceberg(#[from] iceberg::Error),
@@ -147,7 +151,9 @@ impl Error {
             | Error::Unsupported(_)
             | Error::Cancelled => ErrorKind::User,
             Error::Record(_) => ErrorKind::Record,
-            Error::Io { .. } | Error::Source(_) | Error::Catalog { .. } => ErrorKind::External,
+            Error::Io { .. } | Error::Source(_) | Error::Catalog { .. } | Error::Restart(_) => {
+                ErrorKind::External
+            }
             Error::Iceberg(e) => match e.kind() {
                 iceberg::ErrorKind::DataInvalid
                 | iceberg::ErrorKind::FeatureUnsupported

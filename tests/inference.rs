@@ -147,8 +147,10 @@ async fn routed_tables_take_the_inferred_types_and_evolve() {
             "table click: column 'id' is int in the table; a string value does not fit it \
              without loss"
                 .to_string(),
-            "the ROUTE BY value is NULL or empty".to_string(),
-            "the ROUTE BY value is NULL or empty".to_string(),
+            "the ROUTE BY value is NULL, empty, or makes a table name longer than 200 bytes"
+                .to_string(),
+            "the ROUTE BY value is NULL, empty, or makes a table name longer than 200 bytes"
+                .to_string(),
         ]
     );
 }

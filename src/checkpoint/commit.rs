@@ -203,6 +203,41 @@ pub async fn commit_once(
     }
 }
 
+/// Create the table of `pending` again, after it was dropped under the job that creates it
+/// on sight: with no columns, which the commit then adds from its files (as it merges any
+/// table created again); its partitioning comes back as the job's rows ask for it.
+async fn create_again(catalog: &Arc<dyn Catalog>, pending: &PendingCommit) -> Result<Table> {
+    let ident = pending.ident()?;
+    let creation = iceberg::TableCreation::builder()
+        .name(ident.name().to_string())
+        .schema(Schema::builder().build()?)
+        .build();
+    match catalog.create_table(ident.namespace(), creation).await {
+        Ok(t) => Ok(t),
+        // Another writer (another job) created it meanwhile.
+        Err(e) if e.kind() == iceberg::ErrorKind::TableAlreadyExists => {
+            Ok(catalog.load_table(&ident).await?)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The schema `pending`'s files were written with (their own field ids), from the first.
+async fn files_schema(table: &Table, pending: &PendingCommit) -> Result<Schema> {
+    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let first = pending
+        .groups
+        .iter()
+        .flat_map(|g| &g.files)
+        .next()
+        .ok_or_else(|| Error::Internal("a commit without files".to_string()))?;
+    let path = file_path(first)?;
+    let bytes = table.file_io().new_input(&path)?.read().await?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .map_err(|e| Error::Internal(format!("reading {path}: {e}")))?;
+    Ok(iceberg::arrow::arrow_schema_to_schema(builder.schema())?)
+}
+
 /// The path of a data file in its checkpoint-record JSON.
 fn file_path(json: &str) -> Result<String> {
     #[derive(serde::Deserialize)]
@@ -230,23 +265,28 @@ async fn try_commit(
     // iceberg-rust's append (format v1, catalogs without floe's committer) commits onto the
     // table as it loads it then, not as it was asked here: for that path, ask the table as it
     // is now.
-    let evolves = pending.schema.is_some() || pending.spec.is_some();
+    let evolving = pending.schema.is_some() || pending.spec.is_some();
     let known = known.filter(|t| {
-        committer.is_some() && (evolves || t.metadata().format_version() != FormatVersion::V1)
+        committer.is_some() && (evolving || t.metadata().format_version() != FormatVersion::V1)
     });
     let table = match known {
         Some(t) => t,
         None => match catalog.load_table(&ident).await {
             Ok(t) => t,
-            // Dropped since: its files have no table to go to.
+            // Dropped since: a table the job creates on sight is created again; the files of
+            // any other have no table to go to (the job starts afresh, see `resume`).
+            Err(e) if e.kind() == iceberg::ErrorKind::TableNotFound && pending.recreate => {
+                create_again(catalog, pending).await?
+            }
             Err(e) if e.kind() == iceberg::ErrorKind::TableNotFound => return Ok(None),
             Err(e) => return Err(e.into()),
         },
     };
-    if table.metadata().uuid().to_string() != pending.table_uuid {
+    if committed_checkpoint(&table, job).is_some_and(|c| c >= checkpoint) {
         return Ok(None);
     }
-    if committed_checkpoint(&table, job).is_some_and(|c| c >= checkpoint) {
+    let recreated = table.metadata().uuid().to_string() != pending.table_uuid;
+    if recreated && !pending.recreate {
         return Ok(None);
     }
     let (summary, properties) = (mark.summary(), mark.properties());
@@ -262,35 +302,48 @@ async fn try_commit(
         .map(serde_json::from_str)
         .transpose()
         .map_err(|e| Error::Internal(format!("spec in checkpoint {checkpoint}: {e}")))?;
-    // Another writer changed the schema since ours was derived: merge the two.
-    let mut rewrite: Option<HashMap<i32, i32>> = None;
+    // The files' rows are written again for the table as it is (`rewrite`) when another
+    // writer changed its schema since ours was derived (the two are merged), or when the
+    // table was created again since the files were written.
+    let mut rewrite = false;
     let (schema, spec) = match (schema, pending.base_schema_id) {
+        (ours, _) if recreated => {
+            let ours = match ours {
+                Some(s) => s,
+                None => files_schema(&table, pending).await?,
+            };
+            let md = table.metadata();
+            let merged = merge_schemas(md.current_schema(), &ours, md.last_column_id())?;
+            rewrite = true;
+            let changed = merged.schema.as_struct() != md.current_schema().as_struct();
+            (changed.then_some(merged.schema), None)
+        }
         (Some(ours), Some(base)) if table.metadata().current_schema_id() != base => {
             let md = table.metadata();
             let merged = merge_schemas(md.current_schema(), &ours, md.last_column_id())?;
             // Our partition spec ids may name other specs now too: rewrite with a spec change.
-            if !merged.remap.is_empty() || spec.is_some() {
-                rewrite = Some(merged.remap.clone());
-            }
+            rewrite = !merged.remap.is_empty() || spec.is_some();
             let spec = spec.map(|s| remap_spec(&s, &merged.remap)).transpose()?;
             (Some(merged.schema), spec)
         }
         other => (other.0, spec),
     };
+    let evolves = schema.is_some() || spec.is_some();
     let stage = staged(&table, schema.clone(), spec.clone())?;
     let md = stage.metadata();
     let mut groups = Vec::new();
     let mut replaced = Vec::new();
-    if rewrite.is_some() {
+    if rewrite {
         // Our files carry field ids (and spec ids) that the merged table gives other columns
-        // (and specs): write their rows again against it.
+        // (and specs), or that a table created again does not have: write their rows again
+        // against it.
         for json in pending.groups.iter().flat_map(|g| &g.files) {
             replaced.push(file_path(json)?);
         }
         let files = rewrite_files(&stage, &replaced).await?;
         groups.push((md.default_partition_spec_id(), files));
     }
-    for group in pending.groups.iter().filter(|_| rewrite.is_none()) {
+    for group in pending.groups.iter().filter(|_| !rewrite) {
         let spec_ref = md.partition_spec_by_id(group.spec_id).ok_or_else(|| {
             Error::Internal(format!(
                 "table {ident} has no partition spec {} for checkpoint {checkpoint}",

@@ -62,6 +62,12 @@ pub struct PendingCommit {
     pub base_schema_id: Option<i32>,
     /// Rows in the files.
     pub rows: u64,
+    /// The job creates this table on sight (routed tables, dead letters): when it is gone at
+    /// the commit, it is created again, and a table created again under the job takes the
+    /// files' rows. Otherwise files of a table that is gone are not committed (the job starts
+    /// afresh into a re-created table).
+    #[serde(default)]
+    pub recreate: bool,
 }
 
 impl PendingCommit {

@@ -71,11 +71,35 @@ impl LocationGenerator for EscapedLocationGenerator {
                         .to_human_string(&t.fields()[i].field_type, value),
                     None => "null".to_string(),
                 };
-                format!("{}={}", escape(&field.name), escape(&human))
+                segment(&escape(&field.name), &escape(&human))
             })
             .collect();
         format!("{}/{}/{file_name}", self.data_location, segments.join("/"))
     }
+}
+
+/// The longest partition folder name, in bytes (a file name may have 255).
+const MAX_SEGMENT_BYTES: usize = 160;
+
+/// A partition folder `name=value`; when that is longer than a folder name may be (a long
+/// identity-partition value), the value is cut and a hash of the whole of it added, so that
+/// distinct values keep distinct folders. Readers take partition values from the manifests,
+/// never from the paths.
+fn segment(name: &str, value: &str) -> String {
+    let whole = format!("{name}={value}");
+    if whole.len() <= MAX_SEGMENT_BYTES {
+        return whole;
+    }
+    // FNV-1a, 64 bits: stable, and enough to tell values apart within a partition.
+    let hash = whole.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let mut cut = MAX_SEGMENT_BYTES - 17;
+    // The escaped text is ASCII; do not end inside an escape (`%XX`).
+    while cut > 0 && whole[..cut].rfind('%').is_some_and(|p| p + 3 > cut) {
+        cut -= 1;
+    }
+    format!("{}-{hash:016x}", &whole[..cut])
 }
 
 /// Percent-encoding of everything but unreserved URL characters.
@@ -354,6 +378,22 @@ fn uuid_like_prefix() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_partition_values_make_folders_a_file_system_allows() {
+        assert_eq!(segment("region", "eu"), "region=eu");
+        let long = escape(&"é".repeat(300));
+        let a = segment("name", &long);
+        let b = segment("name", &format!("{long}x"));
+        assert!(a.len() <= MAX_SEGMENT_BYTES, "{}", a.len());
+        assert_ne!(a, b, "distinct values, distinct folders");
+        assert!(a.starts_with("name=%C3%A9"), "{a}");
+        let cut = a.rsplit_once('-').unwrap().0;
+        assert!(
+            !cut.ends_with('%') && !cut[cut.len() - 2..].contains('%'),
+            "{a}"
+        );
+    }
 
     #[test]
     fn parquet_settings_follow_table_properties() {

@@ -165,13 +165,10 @@ impl DeadLetters {
             Some(s) => s,
             None => {
                 let table = ensure_table(&self.catalog, &self.namespace, &self.name).await?;
-                self.sink.insert(TableSink::new(
-                    &self.catalog_name,
-                    &self.catalog,
-                    table,
-                    false,
-                    Vec::new(),
-                ))
+                self.sink.insert(
+                    TableSink::new(&self.catalog_name, &self.catalog, table, false, Vec::new())
+                        .created_on_sight(),
+                )
             }
         };
         let rows = batch(&self.job, &self.target, letters, sink.table())?;

@@ -107,6 +107,8 @@ pub struct TableSink {
     /// files (routed sinks, see [`Self::deferred`]); otherwise they go to the writer every
     /// [`WRITE_ROWS`] rows, its row groups as large as the table's properties say.
     deferred: bool,
+    /// See [`Self::created_on_sight`].
+    recreate: bool,
     /// Files closed earlier in this checkpoint, with their spec (before a change).
     closed: Vec<(i32, DataFile)>,
     rows: u64,
@@ -209,6 +211,7 @@ impl TableSink {
             writer: None,
             lent: false,
             deferred: false,
+            recreate: false,
             closed: Vec::new(),
             rows: 0,
             evolve,
@@ -230,6 +233,13 @@ impl TableSink {
     /// it gives each table's rows).
     pub fn deferred(mut self) -> Self {
         self.deferred = true;
+        self
+    }
+
+    /// The job creates this table on sight: dropped under the job, it is created again with
+    /// the rows in flight (see [`PendingCommit::recreate`]).
+    pub fn created_on_sight(mut self) -> Self {
+        self.recreate = true;
         self
     }
 
@@ -502,6 +512,7 @@ impl TableSink {
             spec: self.spec.as_ref().map(to_json).transpose()?,
             base_schema_id: Some(start.metadata().current_schema_id()),
             rows: std::mem::take(&mut self.rows),
+            recreate: self.recreate,
         };
         // Until the commit is done, what follows starts from the table as it leaves it.
         self.committing = Some(self.staged.clone());
@@ -533,20 +544,18 @@ impl TableSink {
             self.staged = staged(&self.base, self.schema.clone(), self.spec.clone())?;
             return Ok(());
         }
-        if self.base.metadata().uuid() != expected.metadata().uuid() {
-            // Dropped and created again: rows since were for the table that is gone (as rows
-            // of a checkpoint whose table is dropped before its commit are).
-            self.writer = None;
-            self.pending.clear();
-            self.closed.clear();
-            self.rows = 0;
-            self.staged = self.base.clone();
-            self.schema = None;
-            self.spec = None;
-            return Ok(());
+        if self.base.metadata().uuid() != expected.metadata().uuid() && !self.recreate {
+            // Dropped and created again under the job, which does not create this table: its
+            // rows since the checkpoint began are for the table that is gone. The job starts
+            // again (afresh into the new table, see `checkpoint::resume`).
+            return Err(Error::Restart(format!(
+                "table {} was dropped and created again while the job wrote to it",
+                self.base.identifier()
+            )));
         }
-        // Another writer's changes were merged in: the rows since were written for the table
-        // as this job expected it. Write them again for the committed table with this job's
+        // Another writer's changes were merged in (or the table was created again, and took
+        // the checkpoint's rows): the rows since were written for the table as this job
+        // expected it. Write them again for the committed table with this job's
         // changes merged in (what a commit does when it loses a race, see
         // `checkpoint::commit`).
         self.close_writer().await?;

@@ -4,7 +4,7 @@
 //! query output + __floe_route --group rows by route--> table name (lower-cased, [a-z0-9_])
 //!     unknown table: created on first sight (its columns, the partition candidates it has)
 //!     known table:   TableSink (schema and spec evolve with the rows)
-//!     NULL or empty route, too many tables, rows a table cannot take: dead letters
+//!     NULL, empty or too long route, too many tables, rows a table cannot take: dead letters
 //! a table's rows: slices of the routed batches, gathered
 //!     --32 MiB, or route.buffer-size for all tables--> a row group of its open file
 //!     --checkpoint (or route.max-open-files)--> file closed, committed
@@ -24,7 +24,7 @@ mod groups;
 mod open;
 mod options;
 
-pub use options::{RouteOptions, table_name};
+pub use options::{MAX_TABLE_NAME_BYTES, RouteOptions, table_name};
 
 use budget::{Closing, write_unwritten};
 use groups::{Groups, drop_all_null_columns};
@@ -188,7 +188,10 @@ impl RoutedSink {
                 rejected.push(Rejected {
                     source: source.to_string(),
                     rows: sorted.slice(start, groups.unroutable),
-                    reject: Reject::new("the ROUTE BY value is NULL or empty"),
+                    reject: Reject::new(format!(
+                        "the ROUTE BY value is NULL, empty, or makes a table name longer than \
+                         {MAX_TABLE_NAME_BYTES} bytes"
+                    )),
                     table: None,
                 });
             }
@@ -246,16 +249,35 @@ impl RoutedSink {
             namespace: self.namespace.clone(),
             options: self.options.clone(),
         };
+        // A table its rows cannot create (their columns make no schema) rejects them.
+        let mut refused: HashMap<String, Reject> = HashMap::new();
         for chunk in new.chunks(PARALLEL_OPENS) {
             let opens = chunk.iter().map(|(name, rows)| opener.open(name, rows));
-            let sinks = futures::future::try_join_all(opens).await?;
+            let sinks = futures::future::join_all(opens).await;
             for ((name, _), sink) in chunk.iter().zip(sinks) {
-                self.written_tables.insert(name.clone());
-                self.tables.insert(name.clone(), sink);
+                match sink {
+                    Ok(sink) => {
+                        self.written_tables.insert(name.clone());
+                        self.tables.insert(name.clone(), sink);
+                    }
+                    Err(Error::Record(reject)) => {
+                        refused.insert(name.clone(), reject);
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         }
         let mut written = 0;
         for (name, rows) in slices {
+            if let Some(reject) = refused.get(&name) {
+                rejected.push(Rejected {
+                    source: source.to_string(),
+                    rows,
+                    reject: reject.clone(),
+                    table: None,
+                });
+                continue;
+            }
             if !self.tables.contains_key(&name) {
                 rejected.push(Rejected {
                     source: source.to_string(),

@@ -7,7 +7,7 @@ use datafusion::arrow::array::RecordBatch;
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
 
 use super::RouteOptions;
-use crate::error::Result;
+use crate::error::{Error, Reject, Result};
 use crate::schema::iceberg_schema;
 use crate::sink::table_sink::{TableSink, spec_for};
 
@@ -30,7 +30,13 @@ impl Opener {
         let table = match self.catalog.load_table(&ident).await {
             Ok(t) => t,
             Err(e) if e.kind() == ErrorKind::TableNotFound => {
-                let schema = iceberg_schema(rows.schema().as_ref(), true)?;
+                // Rows whose columns make no Iceberg schema (`a.b` beside a struct `a` with
+                // a field `b`, say) are the rows' fault: dead letters, found by the job.
+                let schema = iceberg_schema(rows.schema().as_ref(), true).map_err(|e| {
+                    Error::Record(Reject::new(format!(
+                        "the rows' columns make no table schema for new table '{name}': {e}"
+                    )))
+                })?;
                 let spec = spec_for(&schema, None, &self.options.candidates)?;
                 let creation = TableCreation::builder()
                     .name(name.to_string())
@@ -56,6 +62,7 @@ impl Opener {
             self.options.candidates.clone(),
         )
         .deferred()
+        .created_on_sight()
         .with_case_insensitive(self.options.case_insensitive))
     }
 }

@@ -124,8 +124,12 @@ fn parse_candidates(list: &str) -> Result<Vec<Candidate>> {
 /// The table name for a route value: lower-cased; ASCII characters outside `[a-z0-9_]` as
 /// `_` (`page-view` is `page_view`); letters and digits of other scripts kept, lower-cased
 /// (`東京` and `大阪` are two tables, `Ärzte` is `ärzte`); any other character as `_x` and its
-/// code point in hex (`a😀` is `a_x1f600`). `None` for an empty value.
+/// code point in hex (`a😀` is `a_x1f600`). `None` for an empty value, and for one whose
+/// name would be longer than [`MAX_TABLE_NAME_BYTES`] (the table's folder could not be made).
 pub fn table_name(route: &str) -> Option<String> {
+    if route.len() > MAX_TABLE_NAME_BYTES {
+        return None;
+    }
     let mut name = String::with_capacity(route.len());
     for c in route.chars() {
         if c.is_ascii() {
@@ -141,8 +145,11 @@ pub fn table_name(route: &str) -> Option<String> {
             name.push_str(&format!("_x{:x}", u32::from(c)));
         }
     }
-    (!name.is_empty()).then_some(name)
+    (!name.is_empty() && name.len() <= MAX_TABLE_NAME_BYTES).then_some(name)
 }
+
+/// The longest table name a route makes, in bytes (a file name may have 255).
+pub const MAX_TABLE_NAME_BYTES: usize = 200;
 
 #[cfg(test)]
 mod tests {
@@ -160,6 +167,13 @@ mod tests {
         assert_eq!(table_name("Ärzte").as_deref(), Some("ärzte"));
         assert_eq!(table_name("a😀").as_deref(), Some("a_x1f600"));
         assert_ne!(table_name("a😀"), table_name("a😃"));
+        assert_eq!(table_name(&"a".repeat(200)).map(|n| n.len()), Some(200));
+        assert_eq!(
+            table_name(&"a".repeat(201)),
+            None,
+            "longer than a file name"
+        );
+        assert_eq!(table_name(&"😀".repeat(30)), None, "its escaped name is");
     }
 
     #[test]
