@@ -2,7 +2,9 @@
 //! options (SHOW CATALOGS, error messages). One rule, by the words secret-bearing keys
 //! use: `password`, `secret`, `token`, `credential`, `jaas` (a SASL JAAS config carries its
 //! password), `private`, and `key` or `pem` as the last of several words (`private.key`,
-//! `ssl.key.pem`; not `s3.access-key-id` or `ssl.key.location`).
+//! `ssl.key.pem`; not `s3.access-key-id` or `ssl.key.location`). A URL's password
+//! (`user:password@`, `?password=`) is masked too ([`mask_url`]); statements as the REPL
+//! keeps them in its history are masked by `sql::parser::mask_secrets`.
 
 /// What a secret value is shown as.
 pub const MASK: &str = "****";
@@ -32,6 +34,37 @@ pub fn is_secret(key: &str) -> bool {
 /// `value` as it may be shown for option `key`.
 pub fn shown<'a>(key: &str, value: &'a str) -> &'a str {
     if is_secret(key) { MASK } else { value }
+}
+
+/// A URI with its password, if any, replaced by `****`.
+/// A password in the query (`?password=...`, as PostgreSQL takes it) is masked too.
+pub fn mask_url(uri: &str) -> String {
+    let Ok(mut u) = url::Url::parse(uri) else {
+        return uri.to_string();
+    };
+    let secret = |k: &str| k.eq_ignore_ascii_case("password") || k.eq_ignore_ascii_case("pass");
+    let in_query = u.query_pairs().any(|(k, _)| secret(&k));
+    if u.password().is_none() && !in_query {
+        return uri.to_string();
+    }
+    if u.password().is_some() {
+        let _ = u.set_password(Some(MASK));
+    }
+    if in_query {
+        let pairs: Vec<(String, String)> = u
+            .query_pairs()
+            .map(|(k, v)| {
+                let v = if secret(&k) {
+                    MASK.to_string()
+                } else {
+                    v.into_owned()
+                };
+                (k.into_owned(), v)
+            })
+            .collect();
+        u.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    u.to_string()
 }
 
 #[cfg(test)]
@@ -68,5 +101,17 @@ mod tests {
         }
         assert_eq!(shown("sasl.password", "hunter2"), MASK);
         assert_eq!(shown("s3.region", "eu-west-1"), "eu-west-1");
+    }
+    #[test]
+    fn passwords_in_uris_are_masked() {
+        assert_eq!(
+            mask_url("postgres://floe:secret@127.0.0.1:5432/db"),
+            "postgres://floe:****@127.0.0.1:5432/db"
+        );
+        assert_eq!(mask_url("sqlite:///x.db"), "sqlite:///x.db");
+        assert_eq!(
+            mask_url("postgres://127.0.0.1/db?user=floe&password=secret&sslmode=disable"),
+            "postgres://127.0.0.1/db?user=floe&password=****&sslmode=disable"
+        );
     }
 }

@@ -16,6 +16,7 @@ use rustyline::{CompletionType, Config, Context, Editor, Helper};
 use super::{PrintOptions, run_statement};
 use crate::error::{Error, Result};
 use crate::session::Session;
+use crate::sql::parser::mask_secrets;
 use crate::sql::{Statement, is_complete, parse_sql};
 
 const HELP: &str = r#"floe: SQL ends with ';' and may span lines.
@@ -272,8 +273,9 @@ pub async fn run(session: &Session, print: PrintOptions) -> Result<()> {
                 if text.is_empty() {
                     continue;
                 }
-                if text != "\\q" {
-                    let _ = rl.add_history_entry(text);
+                // Kept with secrets masked (option values, URL passwords), as typed otherwise.
+                if let Some(kept) = mask_secrets(text).filter(|_| text != "\\q") {
+                    let _ = rl.add_history_entry(kept);
                     // Saved at once: a closed terminal loses nothing.
                     if let Some(h) = &history {
                         let _ = rl.append_history(h);

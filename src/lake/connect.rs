@@ -19,7 +19,7 @@ use iceberg_storage_opendal::OpenDalStorageFactory;
 
 use super::commit::{Committer, RestCommitter, SqlCommitter};
 use crate::error::{Error, Result};
-use crate::secret::{MASK, is_secret};
+use crate::secret::{self, MASK, is_secret};
 
 /// A catalog registered in the session.
 #[derive(Debug, Clone)]
@@ -172,7 +172,7 @@ pub async fn connect(name: &str, config: CatalogConfig) -> Result<CatalogHandle>
             let shown = if is_secret(&k) || k.starts_with("header.") {
                 MASK.to_string()
             } else if k == "uri" {
-                mask_password(&v)
+                secret::mask_url(&v)
             } else {
                 v
             };
@@ -197,37 +197,6 @@ pub async fn table_exists(catalog: &dyn Catalog, ident: &iceberg::TableIdent) ->
         Err(e) if e.kind() == iceberg::ErrorKind::NamespaceNotFound => Ok(false),
         Err(e) => Err(e.into()),
     }
-}
-
-/// A URI with its password, if any, replaced by `****`.
-/// A password in the query (`?password=...`, as PostgreSQL takes it) is masked too.
-fn mask_password(uri: &str) -> String {
-    let Ok(mut u) = url::Url::parse(uri) else {
-        return uri.to_string();
-    };
-    let secret = |k: &str| k.eq_ignore_ascii_case("password") || k.eq_ignore_ascii_case("pass");
-    let in_query = u.query_pairs().any(|(k, _)| secret(&k));
-    if u.password().is_none() && !in_query {
-        return uri.to_string();
-    }
-    if u.password().is_some() {
-        let _ = u.set_password(Some("****"));
-    }
-    if in_query {
-        let pairs: Vec<(String, String)> = u
-            .query_pairs()
-            .map(|(k, v)| {
-                let v = if secret(&k) {
-                    "****".to_string()
-                } else {
-                    v.into_owned()
-                };
-                (k.into_owned(), v)
-            })
-            .collect();
-        u.query_pairs_mut().clear().extend_pairs(pairs);
-    }
-    u.to_string()
 }
 
 /// Create a SQLite catalog database that does not exist yet in write-ahead-log mode: a
@@ -261,7 +230,7 @@ async fn create_sqlite_wal(uri: &str) -> Result<()> {
 /// with its cause (the pool would wait 30 s and report only a timeout).
 async fn probe_postgres(uri: &str) -> Result<()> {
     use sqlx::Connection;
-    let shown = mask_password(uri);
+    let shown = secret::mask_url(uri);
     let connect = sqlx::PgConnection::connect(uri);
     match tokio::time::timeout(std::time::Duration::from_secs(10), connect).await {
         Ok(Ok(conn)) => {
@@ -368,19 +337,6 @@ mod tests {
         assert!(p.parent().unwrap().is_dir());
         assert!(sql_uri("mysql://x").is_err());
         assert_eq!(sql_uri("postgres://a/b").unwrap(), "postgres://a/b");
-    }
-
-    #[test]
-    fn passwords_in_uris_are_masked() {
-        assert_eq!(
-            mask_password("postgres://floe:secret@127.0.0.1:5432/db"),
-            "postgres://floe:****@127.0.0.1:5432/db"
-        );
-        assert_eq!(mask_password("sqlite:///x.db"), "sqlite:///x.db");
-        assert_eq!(
-            mask_password("postgres://127.0.0.1/db?user=floe&password=secret&sslmode=disable"),
-            "postgres://127.0.0.1/db?user=floe&password=****&sslmode=disable"
-        );
     }
 
     #[test]

@@ -90,6 +90,50 @@ pub fn is_complete(sql: &str) -> bool {
     }
 }
 
+/// `sql` with the value of every secret option (`'sasl.password' = '...'`, see
+/// [`crate::secret`]) and the password in every URL string replaced by `****`: statements as
+/// they may be kept (the REPL's history). `None` when `sql` does not tokenize and names a
+/// secret key: such text is not kept at all.
+pub fn mask_secrets(sql: &str) -> Option<String> {
+    let Ok(mut tokens) = Tokenizer::new(&DIALECT, sql).tokenize() else {
+        let lower = sql.to_ascii_lowercase();
+        let words = lower.split(|c: char| !c.is_ascii_alphanumeric() && c != '.' && c != '-');
+        return (!words.clone().any(crate::secret::is_secret) && !lower.contains('@'))
+            .then(|| sql.to_string());
+    };
+    let mut changed = false;
+    let mut key: Option<String> = None;
+    for i in 0..tokens.len() {
+        let Token::SingleQuotedString(text) = &tokens[i] else {
+            if !is_blank(&tokens[i]) && tokens[i] != Token::Eq {
+                key = None;
+            }
+            continue;
+        };
+        // A string after `'key' =` is that option's value.
+        let value_of = key.take();
+        let masked = match &value_of {
+            Some(k) if crate::secret::is_secret(k) => crate::secret::MASK.to_string(),
+            _ => crate::secret::mask_url(text),
+        };
+        let next_is_eq = tokens[i + 1..]
+            .iter()
+            .find(|t| !is_blank(t))
+            .is_some_and(|t| *t == Token::Eq);
+        if value_of.is_none() && next_is_eq {
+            key = Some(text.clone());
+        }
+        if masked != *text {
+            tokens[i] = Token::SingleQuotedString(masked);
+            changed = true;
+        }
+    }
+    if !changed {
+        return Some(sql.to_string());
+    }
+    Some(tokens.iter().map(ToString::to_string).collect())
+}
+
 fn tokenize(sql: &str) -> Result<Vec<TokenWithSpan>> {
     Tokenizer::new(&DIALECT, sql)
         .tokenize_with_location()
@@ -745,6 +789,31 @@ pub fn name_parts(name: &ObjectName) -> Result<Vec<String>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn statements_kept_have_no_secrets() {
+        let sql = "CREATE CATALOG c WITH ('type' = 'iceberg',\n  'uri' = 'postgres://floe:pw1@h/db', \
+                   's3.secret-access-key'='abc''d', 'sasl.jaas.config' = 'x password=\"p2\"')";
+        let kept = super::mask_secrets(sql).unwrap();
+        for secret in ["pw1", "abc", "p2"] {
+            assert!(!kept.contains(secret), "{kept}");
+        }
+        assert!(
+            kept.contains("'uri' = 'postgres://floe:****@h/db'")
+                && kept.contains("'s3.secret-access-key'='****'")
+                && kept.contains("'type' = 'iceberg',\n"),
+            "{kept}"
+        );
+        // Nothing secret: kept as typed.
+        let plain = "SET 'pipeline.name' = 'a';  -- note\nSELECT 'password'";
+        assert_eq!(super::mask_secrets(plain).as_deref(), Some(plain));
+        // Does not tokenize, and names a secret key: not kept.
+        assert_eq!(super::mask_secrets("WITH ('sasl.password' = 'abc"), None);
+        assert_eq!(
+            super::mask_secrets("SELECT 'abc").as_deref(),
+            Some("SELECT 'abc")
+        );
+    }
+
     use super::*;
 
     /// Parse, print, parse again: both parses must agree, as sqlparser's `verified_stmt`.

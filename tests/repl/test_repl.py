@@ -470,6 +470,25 @@ def test_history_persists_across_sessions(spawn_repl: Callable[[], Repl]) -> Non
     second.expect_prompt()
 
 
+def test_history_keeps_no_secrets(spawn_repl: Callable[[], Repl]) -> None:
+    """Option values of secret keys and URL passwords are masked before a statement is kept
+    (the statement itself runs with them)."""
+    repl = spawn_repl()
+    repl.run(
+        "CREATE SOURCE s WITH ('connector' = 'datagen', 'sasl.password' = 'hunter2', "
+        "'registry' = 'http://me:s3cr3t@127.0.0.1:1/');",
+        "Error",
+    )
+    repl.run("SELECT 7 AS seven;", cell("seven"))
+    repl.line("\\q")
+    assert repl.wait_exit() == 0
+    history = (repl.home / ".floe_history").read_text()
+    assert "CREATE SOURCE s WITH" in history and "'sasl.password' = '****'" in history, history
+    assert "http://me:****@127.0.0.1:1/" in history, history
+    for secret in ("hunter2", "s3cr3t"):
+        assert secret not in history, history
+
+
 def test_ctrl_d_exits_with_zero(spawn_repl: Callable[[], Repl]) -> None:
     repl = spawn_repl()
     repl.run("SELECT 'bye' AS msg;", cell("bye"))
