@@ -7,9 +7,10 @@
 //!
 //! This is how exactly-once is proven: the killed run neither loses nor duplicates a row.
 
+mod common;
+
+use common::process::{floe, floe_ok, kill_and_restart, run_script_to_end};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 const ROWS: u64 = 240_000;
 
@@ -47,21 +48,6 @@ fn routed_script(interval: &str) -> String {
     )
 }
 
-fn floe() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_floe"))
-}
-
-/// Run floe with `args` in `dir`; its output, after checking it succeeded.
-fn floe_ok(dir: &Path, args: &[&str]) -> String {
-    let out = floe().current_dir(dir).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// The CSV output of `sql` against the lake in `dir`.
 fn query_csv(dir: &Path, sql: &str) -> String {
     floe_ok(dir, &["-q", "--format", "csv", "-c", CATALOG, "-c", sql])
@@ -92,62 +78,6 @@ fn summary(dir: &Path) -> String {
 
 fn run_to_end(dir: &Path, interval: &str) {
     run_script_to_end(dir, &script(interval));
-}
-
-fn run_script_to_end(dir: &Path, script: &str) {
-    std::fs::write(dir.join("job.sql"), script).unwrap();
-    floe_ok(dir, &["-q", "-f", "job.sql"]);
-}
-
-/// A small xorshift generator seeded from the clock; the seed is printed to reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % below
-    }
-}
-
-/// Run `script` in `dir`, killing it with SIGKILL at random moments five times, then to
-/// the end. Returns how many times it was killed.
-fn kill_and_restart(dir: &Path, script: &str, max_ms: u64) -> u32 {
-    std::fs::write(dir.join("job.sql"), script).unwrap();
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        | 1;
-    eprintln!("kill schedule seed: {seed}");
-    let mut rng = Rng(seed);
-    let mut kills = 0;
-    for _ in 0..5 {
-        let mut child = floe()
-            .current_dir(dir)
-            .args(["-q", "-f", "job.sql"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let at = Duration::from_millis(150 + rng.next(max_ms));
-        let start = Instant::now();
-        while start.elapsed() < at {
-            if child.try_wait().unwrap().is_some() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        if child.try_wait().unwrap().is_none() {
-            child.kill().unwrap(); // SIGKILL
-            kills += 1;
-        }
-        child.wait().unwrap();
-    }
-    eprintln!("killed {kills} times");
-    run_script_to_end(dir, script);
-    kills
 }
 
 #[test]

@@ -188,8 +188,12 @@ impl FilesystemReader {
     /// Read the next lines of the open file: at most `max_rows` records or [`POLL_BYTES`]
     /// bytes. Returns the first line's number (0-based) and the non-blank lines, each with
     /// its number; `true` when the file is at its end.
-    fn read_lines(file: &mut OpenFile, max_rows: usize) -> Result<(Vec<Line>, bool)> {
-        use std::io::{BufRead, Seek, SeekFrom};
+    fn read_lines(
+        file: &mut OpenFile,
+        max_rows: usize,
+        max_line: usize,
+    ) -> Result<(Vec<Line>, bool)> {
+        use std::io::{Seek, SeekFrom};
         if file.reader.is_none() {
             let mut f = std::fs::File::open(&file.path)
                 .map_err(|e| Error::io(format!("opening {}", file.path), e))?;
@@ -205,8 +209,7 @@ impl FilesystemReader {
         let mut buf = Vec::new();
         while lines.len() < max_rows.max(1) && bytes < POLL_BYTES {
             buf.clear();
-            let n = reader
-                .read_until(b'\n', &mut buf)
+            let n = read_line(reader, &mut buf, max_line)
                 .map_err(|e| Error::io(format!("reading {}", file.path), e))?;
             if n == 0 {
                 return Ok((lines, true));
@@ -264,6 +267,31 @@ impl FilesystemReader {
     }
 }
 
+/// Read through the next `\n` into `buf`, keeping at most `max + 1` bytes of the line (a
+/// longer one is a bad record, whatever the rest holds): the bytes read.
+fn read_line(
+    reader: &mut impl std::io::BufRead,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<usize> {
+    let mut read = 0;
+    loop {
+        let available = reader.fill_buf()?;
+        if available.is_empty() {
+            return Ok(read);
+        }
+        let end = available.iter().position(|&b| b == b'\n');
+        let take = end.map_or(available.len(), |i| i + 1);
+        let room = (max + 1).saturating_sub(buf.len());
+        buf.extend_from_slice(&available[..take.min(room)]);
+        reader.consume(take);
+        read += take;
+        if end.is_some() {
+            return Ok(read);
+        }
+    }
+}
+
 #[async_trait]
 impl SourceReader for FilesystemReader {
     async fn poll(&mut self, max_rows: usize) -> Result<Poll> {
@@ -286,7 +314,8 @@ impl SourceReader for FilesystemReader {
         let Some(mut file) = self.current.take() else {
             return Ok(Poll::Idle);
         };
-        let (lines, at_end) = Self::read_lines(&mut file, max_rows)?;
+        let max_line = self.options.decoder.max_record_size();
+        let (lines, at_end) = Self::read_lines(&mut file, max_rows, max_line)?;
         let poll = self.decode(&file.path, &lines).await?;
         if !at_end {
             self.current = Some(file);
@@ -516,6 +545,31 @@ mod tests {
             "_line"
         );
         assert!(matches!(again.poll(10).await.unwrap(), Poll::Finished));
+    }
+
+    #[tokio::test]
+    async fn a_record_larger_than_the_bound_is_one_bad_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let long = format!("{{\"id\": 2, \"name\": \"{}\"}}", "x".repeat(5000));
+        let text = format!("{{\"id\": 1}}\n{long}\n{{\"id\": 3}}\n");
+        std::fs::write(dir.path().join("1.json"), text).unwrap();
+        let mut r = reader(dir.path(), "json", &[("record.max-size", "64")]);
+        let Poll::Records { batches, rejects } = r.poll(10).await.unwrap() else {
+            panic!()
+        };
+        let b = crate::connector::concat(&batches);
+        assert_eq!(b.column(0).as_primitive::<Int64Type>().values(), &[1, 3]);
+        assert_eq!(rejects.len(), 1);
+        assert_eq!(rejects[0].offset, 2);
+        assert_eq!(rejects[0].payload.len(), 65, "no more of it is held");
+        assert!(
+            rejects[0]
+                .reject
+                .reason
+                .contains("larger than 'record.max-size' (64 bytes)"),
+            "{}",
+            rejects[0].reject.reason
+        );
     }
 
     #[tokio::test]

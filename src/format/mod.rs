@@ -50,7 +50,12 @@ pub struct Decoder {
     inference: Option<Inference>,
     /// Set for Avro: the writer schemas and how to get them.
     avro: Option<Arc<AvroDecoder>>,
+    /// `'record.max-size'`: larger records are not decoded but rejected.
+    max_record_size: usize,
 }
+
+/// The default `'record.max-size'`.
+pub const MAX_RECORD_SIZE: usize = 16 << 20;
 
 /// Per-record schema inference for JSON.
 #[derive(Debug, Clone)]
@@ -81,6 +86,9 @@ impl Decoder {
     /// A decoder for the `'format'` option (and its own options) into `schema`; with no
     /// columns in `schema`, a JSON decoder infers them per record.
     pub fn try_new(format: &str, options: &mut Options, schema: SchemaRef) -> Result<Self> {
+        let max_record_size = options
+            .take_positive_size("record.max-size")?
+            .unwrap_or(MAX_RECORD_SIZE);
         if matches!(format, "avro" | "avro-confluent" | "avro-glue") {
             if !schema.fields().is_empty() {
                 return Err(Error::Plan(format!(
@@ -93,6 +101,7 @@ impl Decoder {
                 schema,
                 inference: None,
                 avro: Some(Arc::new(AvroDecoder::try_new(format, options)?)),
+                max_record_size,
             });
         }
         let timestamps = options.take_bool("json.timestamp-inference")?;
@@ -156,7 +165,13 @@ impl Decoder {
             schema,
             inference,
             avro: None,
+            max_record_size,
         })
+    }
+
+    /// The largest record decoded (`'record.max-size'`); larger ones are rejected.
+    pub fn max_record_size(&self) -> usize {
+        self.max_record_size
     }
 
     /// Where the columns come from when they are not declared, in words.
@@ -184,6 +199,32 @@ impl Decoder {
     /// Decode `records`. Fails only when something outside the records fails (a schema
     /// registry that cannot be reached): bad records are returned as errors.
     pub async fn decode(&self, records: &[&[u8]]) -> Result<Decoded> {
+        let max = self.max_record_size;
+        if records.iter().all(|r| r.len() <= max) {
+            return self.decode_all(records).await;
+        }
+        // Larger records are rejected undecoded; the others decode as if alone.
+        let (kept, larger): (Vec<usize>, Vec<usize>) =
+            (0..records.len()).partition(|&i| records[i].len() <= max);
+        let these: Vec<&[u8]> = kept.iter().map(|&i| records[i]).collect();
+        let mut decoded = self.decode_all(&these).await?;
+        for group in &mut decoded.groups {
+            for row in &mut group.rows {
+                *row = kept[*row];
+            }
+        }
+        for (i, _) in &mut decoded.errors {
+            *i = kept[*i];
+        }
+        let why = format!("the record is larger than 'record.max-size' ({max} bytes)");
+        decoded
+            .errors
+            .extend(larger.into_iter().map(|i| (i, why.clone())));
+        decoded.errors.sort_by_key(|(i, _)| *i);
+        Ok(decoded)
+    }
+
+    async fn decode_all(&self, records: &[&[u8]]) -> Result<Decoded> {
         if let Some(avro) = &self.avro {
             avro.resolve(records).await?;
             return avro.decode(records);

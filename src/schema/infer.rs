@@ -71,10 +71,27 @@ impl Shape {
                 Shape::String
             }
             (Shape::Struct(mut a), Shape::Struct(b)) => {
+                // Looked up, not scanned for, when the structs are wide (see `visit_map`).
+                let mut places: Option<HashMap<String, usize>> =
+                    (a.len() > SCANNED_KEYS).then(|| {
+                        a.iter()
+                            .enumerate()
+                            .map(|(i, (n, _))| (n.clone(), i))
+                            .collect()
+                    });
                 for (name, shape) in b {
-                    match a.iter_mut().find(|(n, _)| *n == name) {
-                        Some((_, s)) => *s = s.clone().merge(shape)?,
-                        None => a.push((name, shape)),
+                    let at = match &places {
+                        Some(p) => p.get(&name).copied(),
+                        None => a.iter().position(|(n, _)| *n == name),
+                    };
+                    match at {
+                        Some(i) => a[i].1 = a[i].1.clone().merge(shape)?,
+                        None => {
+                            if let Some(p) = &mut places {
+                                p.insert(name.clone(), a.len());
+                            }
+                            a.push((name, shape));
+                        }
                     }
                 }
                 Shape::Struct(a)
@@ -110,6 +127,9 @@ impl fmt::Display for Shape {
         }
     }
 }
+
+/// Keys of an object found by scanning; beyond this many, by a lookup.
+const SCANNED_KEYS: usize = 16;
 
 fn struct_fields(fields: &[(String, Shape)]) -> Fields {
     fields
@@ -147,11 +167,14 @@ pub fn record_shape(record: &[u8], timestamps: bool) -> Result<Vec<(String, Shap
 #[derive(Debug, Default)]
 pub struct ShapeCache {
     schemas: HashMap<String, SchemaRef>,
+    /// What the shapes' texts hold, in bytes (the schemas hold about as much).
+    bytes: usize,
 }
 
-/// More distinct shapes than this and the cache starts afresh (records whose field names
-/// are data, say), so that it stays small.
+/// More distinct shapes than this, or shapes' texts of more than [`MAX_SHAPE_BYTES`], and
+/// the cache starts afresh (records whose field names are data, say), so that it stays small.
 const MAX_SHAPES: usize = 4096;
+const MAX_SHAPE_BYTES: usize = 16 << 20;
 
 impl ShapeCache {
     /// The schema of records of shape `fields`, whose text is `key`.
@@ -159,9 +182,11 @@ impl ShapeCache {
         if let Some(s) = self.schemas.get(key) {
             return s.clone();
         }
-        if self.schemas.len() >= MAX_SHAPES {
+        if self.schemas.len() >= MAX_SHAPES || self.bytes + key.len() > MAX_SHAPE_BYTES {
             self.schemas.clear();
+            self.bytes = 0;
         }
+        self.bytes += key.len();
         // Tagged, so that the sink can tell inferred columns ('json.infer.integers').
         let tag = HashMap::from([(INFERRED.to_string(), "true".to_string())]);
         let fields: Vec<Field> = struct_fields(fields)
@@ -351,15 +376,35 @@ impl<'de> Visitor<'de> for ValueShape {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut fields: Vec<(String, Shape)> = Vec::new();
+        // A repeated key: the earlier value is dropped (`None`), the last wins, as it does
+        // when the record is decoded. Past a few keys, each key's place is looked up rather
+        // than scanned for, so that an object of many keys stays linear.
+        let mut fields: Vec<(String, Option<Shape>)> = Vec::new();
+        let mut places: Option<HashMap<String, usize>> = None;
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             let shape = map.next_value_seed(self)?;
-            // A repeated key: the last value wins, as it does when the record is decoded.
-            fields.retain(|(n, _)| n.as_str() != key);
-            if let Some(shape) = shape {
-                fields.push((key.into_owned(), shape));
+            let earlier = match &mut places {
+                Some(p) => p.insert(key.to_string(), fields.len()),
+                None => fields.iter().position(|(n, _)| n.as_str() == key),
+            };
+            if let Some(i) = earlier {
+                fields[i].1 = None;
+            }
+            fields.push((key.into_owned(), shape));
+            if places.is_none() && fields.len() > SCANNED_KEYS {
+                places = Some(
+                    fields
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (n, _))| (n.clone(), i))
+                        .collect(),
+                );
             }
         }
+        let fields: Vec<(String, Shape)> = fields
+            .into_iter()
+            .filter_map(|(name, shape)| Some((name, shape?)))
+            .collect();
         Ok((!fields.is_empty()).then_some(Shape::Struct(fields)))
     }
 }
@@ -389,6 +434,31 @@ mod tests {
     fn shape(json: &str) -> Result<String, String> {
         let fields = record_shape(json.as_bytes(), false)?;
         Ok(Shape::Struct(fields).to_string())
+    }
+
+    #[test]
+    fn a_repeated_key_keeps_its_last_value_in_small_and_wide_objects() {
+        assert_eq!(
+            shape(r#"{"a": 1, "b": 2, "a": "x"}"#).unwrap(),
+            r#"{"b":long,"a":string}"#
+        );
+        assert_eq!(shape(r#"{"a": 1, "a": null}"#).unwrap(), "{}");
+        let wide: Vec<String> = (0..40).map(|i| format!("\"k{i}\": {i}")).collect();
+        let json = format!("{{{}, \"k3\": \"x\", \"k30\": 1.5}}", wide.join(", "));
+        let fields = record_shape(json.as_bytes(), false).unwrap();
+        assert_eq!(fields.len(), 40);
+        assert_eq!(fields[38], ("k3".to_string(), Shape::String));
+        assert_eq!(fields[39], ("k30".to_string(), Shape::Double));
+        assert!(fields.iter().filter(|(n, _)| n == "k3").count() == 1);
+        // Arrays of wide objects merge their fields by name.
+        let merged = format!("{{\"l\": [{{{0}}}, {{{0}, \"new\": 1}}]}}", wide.join(", "));
+        let Shape::List(element) = &record_shape(merged.as_bytes(), false).unwrap()[0].1 else {
+            panic!()
+        };
+        let Shape::Struct(fields) = element.as_ref() else {
+            panic!()
+        };
+        assert_eq!(fields.len(), 41);
     }
 
     #[test]

@@ -34,6 +34,26 @@ pub fn iceberg_schema(schema: &ArrowSchema, all_optional: bool) -> Result<Schema
         .build()?)
 }
 
+/// The columns of `schema`, nested fields (struct fields, list elements, map keys and
+/// values) included: what a table's column cap counts.
+pub fn column_count(schema: &Schema) -> usize {
+    fn of(ty: &iceberg::spec::Type) -> usize {
+        use iceberg::spec::Type;
+        match ty {
+            Type::Primitive(_) => 0,
+            Type::Struct(s) => s.fields().iter().map(|f| 1 + of(&f.field_type)).sum(),
+            Type::List(l) => 1 + of(&l.element_field.field_type),
+            Type::Map(m) => 2 + of(&m.key_field.field_type) + of(&m.value_field.field_type),
+        }
+    }
+    schema
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| 1 + of(&f.field_type))
+        .sum()
+}
+
 /// Arrow's extension name for a UUID (a 16-byte fixed binary); arrow-avro marks them with
 /// the Avro `logicalType` instead.
 const UUID_EXTENSION: &str = "arrow.uuid";

@@ -25,10 +25,11 @@ use iceberg::table::Table;
 
 use crate::checkpoint::rewrite::rewrite_files;
 use crate::checkpoint::{FileGroup, PendingCommit};
-use crate::error::{Error, Result};
+use crate::error::{Error, Reject, Result};
 use crate::lake::TableWriter;
 use crate::lake::commit::staged;
 use crate::schema::merge::merge_schemas;
+use crate::schema::types::column_count;
 use crate::schema::{conform_to, evolve, match_case};
 
 /// One partition candidate: a transform of a column, used by every table that has the
@@ -109,6 +110,8 @@ pub struct TableSink {
     deferred: bool,
     /// See [`Self::created_on_sight`].
     recreate: bool,
+    /// Columns the schema may evolve to (see [`Self::with_max_columns`]).
+    max_columns: usize,
     /// Files closed earlier in this checkpoint, with their spec (before a change).
     closed: Vec<(i32, DataFile)>,
     rows: u64,
@@ -212,6 +215,7 @@ impl TableSink {
             lent: false,
             deferred: false,
             recreate: false,
+            max_columns: usize::MAX,
             closed: Vec::new(),
             rows: 0,
             evolve,
@@ -240,6 +244,13 @@ impl TableSink {
     /// the rows in flight (see [`PendingCommit::recreate`]).
     pub fn created_on_sight(mut self) -> Self {
         self.recreate = true;
+        self
+    }
+
+    /// Evolve the schema to at most `n` columns (nested fields included): rows that would
+    /// take it further are rejected.
+    pub fn with_max_columns(mut self, n: usize) -> Self {
+        self.max_columns = n;
         self
     }
 
@@ -330,6 +341,15 @@ impl TableSink {
         .map_err(Error::Record)?;
         let batch = match wanted {
             Some(schema) if self.evolve => {
+                let columns = column_count(&schema);
+                if columns > self.max_columns {
+                    return Err(Error::Record(Reject::new(format!(
+                        "the rows would give table {} {columns} columns, more than \
+                         'schema.max-columns' ({})",
+                        self.base.identifier(),
+                        self.max_columns
+                    ))));
+                }
                 self.restage(schema).await?;
                 batch
             }

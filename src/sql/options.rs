@@ -144,6 +144,15 @@ impl Options {
         self.take_parsed(key, parse_size)
     }
 
+    /// [`Self::take_size`] for a size that must be more than 0 bytes, as a `usize`.
+    pub fn take_positive_size(&mut self, key: &str) -> Result<Option<usize>> {
+        match self.take_size(key)? {
+            None => Ok(None),
+            Some(0) => Err(Error::Option(format!("'{key}' must be more than 0 bytes"))),
+            Some(n) => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
+        }
+    }
+
     /// Remove `key` and parse it with `parse`, whose error is reported with the key.
     fn take_parsed<T>(
         &mut self,

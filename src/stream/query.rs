@@ -31,11 +31,19 @@ pub struct ContinuousQuery {
     planner: QueryPlanner,
     /// Names the query reads that inferred records may lack: they read as NULL.
     nulls: Mutex<BTreeSet<String>>,
-    /// Physical plans by the source a batch comes from and the batch's schema.
-    plans: Mutex<HashMap<(String, SchemaRef), Arc<Plan>>>,
+    /// Physical plans by the source a batch comes from and the batch's schema, and the
+    /// columns (nested fields included) of those schemas, which their size follows.
+    plans: Mutex<PlanCache>,
     /// The user's session as plans run in it (see [`executor`]).
     executor: SessionState,
     task: Arc<TaskContext>,
+}
+
+/// Plans by source and batch schema, and the columns of those schemas in all.
+#[derive(Default)]
+struct PlanCache {
+    plans: HashMap<(String, SchemaRef), Arc<Plan>>,
+    columns: usize,
 }
 
 /// The plan for batches of one schema from one source.
@@ -45,8 +53,28 @@ struct Plan {
     input: SchemaRef,
 }
 
-/// At most this many plans are kept; beyond it the cache starts afresh.
+/// At most this many plans are kept, for schemas of at most [`MAX_PLANNED_COLUMNS`] columns
+/// in all (a plan's size follows its columns'); beyond either the cache starts afresh.
 const MAX_PLANS: usize = 1024;
+const MAX_PLANNED_COLUMNS: usize = 1 << 18;
+
+/// The columns of `fields`, nested fields included.
+fn columns_in(fields: &datafusion::arrow::datatypes::Fields) -> usize {
+    use datafusion::arrow::datatypes::DataType;
+    fields
+        .iter()
+        .map(|f| {
+            1 + match f.data_type() {
+                DataType::Struct(inner) => columns_in(inner),
+                DataType::List(e) | DataType::LargeList(e) | DataType::FixedSizeList(e, _) => {
+                    columns_in(&vec![e.clone()].into())
+                }
+                DataType::Map(e, _) => columns_in(&vec![e.clone()].into()),
+                _ => 0,
+            }
+        })
+        .sum()
+}
 
 /// The sources a logical plan reads, by name.
 pub fn sources_of(plan: &LogicalPlan) -> BTreeMap<String, SourceRef> {
@@ -198,7 +226,12 @@ impl ContinuousQuery {
     /// The plan for batches of `schema` from `source`, planned on first use.
     async fn plan_for(&self, source: &str, schema: &SchemaRef) -> Result<Arc<Plan>> {
         let key = (source.to_string(), schema.clone());
-        if let Some(p) = self.plans.lock().ok().and_then(|p| p.get(&key).cloned()) {
+        if let Some(p) = self
+            .plans
+            .lock()
+            .ok()
+            .and_then(|c| c.plans.get(&key).cloned())
+        {
             return Ok(p);
         }
         let mut schemas: BTreeMap<String, SchemaRef> = self
@@ -231,11 +264,14 @@ impl ContinuousQuery {
             },
             Err(e) => return Err(e),
         });
-        if let Ok(mut plans) = self.plans.lock() {
-            if plans.len() >= MAX_PLANS {
-                plans.clear();
+        if let Ok(mut cache) = self.plans.lock() {
+            let these = columns_in(schema.fields());
+            if cache.plans.len() >= MAX_PLANS || cache.columns + these > MAX_PLANNED_COLUMNS {
+                cache.plans.clear();
+                cache.columns = 0;
             }
-            plans.insert(key, plan.clone());
+            cache.columns += these;
+            cache.plans.insert(key, plan.clone());
         }
         Ok(plan)
     }

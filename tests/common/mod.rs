@@ -2,6 +2,8 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod process;
+
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use floe::{Output, Session};
 

@@ -9,6 +9,7 @@ use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
 use super::RouteOptions;
 use crate::error::{Error, Reject, Result};
 use crate::schema::iceberg_schema;
+use crate::schema::types::column_count;
 use crate::sink::table_sink::{TableSink, spec_for};
 
 /// Tables opened or created at once when a poll names several new ones.
@@ -37,6 +38,14 @@ impl Opener {
                         "the rows' columns make no table schema for new table '{name}': {e}"
                     )))
                 })?;
+                let columns = column_count(&schema);
+                if columns > self.options.max_columns {
+                    return Err(Error::Record(Reject::new(format!(
+                        "the rows would give new table '{name}' {columns} columns, more than \
+                         'schema.max-columns' ({})",
+                        self.options.max_columns
+                    ))));
+                }
                 let spec = spec_for(&schema, None, &self.options.candidates)?;
                 let creation = TableCreation::builder()
                     .name(name.to_string())
@@ -63,6 +72,7 @@ impl Opener {
         )
         .deferred()
         .created_on_sight()
+        .with_max_columns(self.options.max_columns)
         .with_case_insensitive(self.options.case_insensitive))
     }
 }

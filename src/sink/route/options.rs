@@ -40,6 +40,9 @@ pub struct RouteOptions {
     pub cache_max_size: usize,
     /// How old an idle table's metadata may be before it is loaded again.
     pub cache_refresh: std::time::Duration,
+    /// Columns (nested fields included) a table may grow to; records that would give it
+    /// more are dead letters (a stream that invents field names cannot grow it forever).
+    pub max_columns: usize,
 }
 
 impl RouteOptions {
@@ -61,16 +64,11 @@ impl RouteOptions {
             .unwrap_or_else(|| crate::sink::dead_letter::DEAD_LETTER_TABLE.to_string());
         let max_tables = positive(&mut options, "route.max-tables", 10_000)?;
         let max_open_files = positive(&mut options, "route.max-open-files", 1_000)?;
-        let buffer_size = match options.take_size("route.buffer-size")? {
-            None => BUFFER_SIZE,
-            Some(0) => {
-                return Err(Error::Option(
-                    "'route.buffer-size' must be more than 0 bytes".into(),
-                ));
-            }
-            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-        };
+        let buffer_size = options
+            .take_positive_size("route.buffer-size")?
+            .unwrap_or(BUFFER_SIZE);
         let cache_max_size = positive(&mut options, "table-cache.max-size", 1_000)?;
+        let max_columns = positive(&mut options, "schema.max-columns", 1_000)?;
         let cache_refresh = options
             .take_duration("table-cache.refresh-interval")?
             .unwrap_or(std::time::Duration::from_secs(60));
@@ -87,6 +85,7 @@ impl RouteOptions {
             int_integers,
             cache_max_size,
             cache_refresh,
+            max_columns,
         })
     }
 }
