@@ -269,15 +269,24 @@ fn metrics_are_served_while_jobs_run() {
         .unwrap();
     let start = std::time::Instant::now();
     let mut page = String::new();
+    // A client that connects and sends nothing must not hold up the others.
+    let mut silent = None;
     while start.elapsed() < std::time::Duration::from_secs(20) {
         std::thread::sleep(std::time::Duration::from_millis(300));
         let Ok(mut conn) = std::net::TcpStream::connect(&addr) else {
             continue;
         };
+        if silent.is_none() {
+            silent = Some(std::net::TcpStream::connect(&addr).unwrap());
+            continue;
+        }
+        conn.set_read_timeout(Some(std::time::Duration::from_secs(3)))
+            .unwrap();
         conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
             .unwrap();
         page.clear();
-        conn.read_to_string(&mut page).unwrap();
+        conn.read_to_string(&mut page)
+            .expect("the metrics endpoint answers while another client is silent");
         if page.contains("floe_job_last_checkpoint{job=\"metered\"} 2") {
             break;
         }
@@ -297,4 +306,42 @@ fn metrics_are_served_while_jobs_run() {
         page.contains("floe_job_up{job=\"metered\",state=\"running\"} 1"),
         "{page}"
     );
+}
+
+/// A REST catalog server that accepts connections and never answers: a call to it fails
+/// after `rest.request-timeout` with an error that says so, instead of waiting forever.
+#[test]
+fn a_rest_catalog_that_never_answers_times_out() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            held.push(conn);
+        }
+    });
+    let mut child = Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args([
+            "-q",
+            "-c",
+            &format!(
+                "CREATE CATALOG r WITH ('type' = 'iceberg', 'catalog-type' = 'rest', \
+                 'uri' = 'http://127.0.0.1:{port}', 'rest.request-timeout' = '1s')"
+            ),
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(30) {
+            child.kill().unwrap();
+            panic!("floe still waits for the REST catalog after 30 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("no answer in time"), "{err}");
 }

@@ -94,24 +94,48 @@ fn escape(s: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// Serve the metrics of `session`'s jobs on `addr` until the returned task is aborted.
+/// Connections served at once; more wait to be accepted.
+const CONNECTIONS: usize = 32;
+/// How long a client may take to send its request and read the answer.
+const CLIENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Serve the metrics of `session`'s jobs on `addr` until the returned task is aborted. Each
+/// connection is served on its own task, within [`CLIENT_TIMEOUT`], at most [`CONNECTIONS`]
+/// at once: a client that connects and sends nothing delays no other.
 pub async fn serve(addr: &str, session: Arc<Session>) -> Result<JoinHandle<()>> {
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|e| Error::io(format!("binding the metrics address {addr}"), e))?;
+    let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS));
     Ok(tokio::spawn(async move {
-        while let Ok((mut conn, _)) = listener.accept().await {
+        let mut clients = tokio::task::JoinSet::new();
+        loop {
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                return;
+            };
+            let Ok((conn, _)) = listener.accept().await else {
+                return;
+            };
             let body = render(&session.jobs().rows());
-            // One request per connection; the request itself is not interpreted.
-            let mut buf = [0u8; 1024];
-            let _ = conn.read(&mut buf).await;
-            let response = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n\
-                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = conn.write_all(response.as_bytes()).await;
-            let _ = conn.shutdown().await;
+            clients.spawn(async move {
+                let _ = tokio::time::timeout(CLIENT_TIMEOUT, answer(conn, body)).await;
+                drop(slot);
+            });
+            // Reap the finished ones, so the set holds only clients being served.
+            while clients.try_join_next().is_some() {}
         }
     }))
+}
+
+/// Answer one request (not interpreted) with `body`, and close the connection.
+async fn answer(mut conn: tokio::net::TcpStream, body: String) {
+    let mut buf = [0u8; 1024];
+    let _ = conn.read(&mut buf).await;
+    let response = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = conn.write_all(response.as_bytes()).await;
+    let _ = conn.shutdown().await;
 }

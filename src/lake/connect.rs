@@ -44,6 +44,32 @@ pub struct CatalogConfig {
     pub storage: BTreeMap<String, String>,
 }
 
+/// How long a REST catalog's calls may take (`rest.connect-timeout`, `rest.request-timeout`):
+/// a server that stops answering fails the call (retried by a job) instead of stopping it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RestTimeouts {
+    pub connect: std::time::Duration,
+    pub request: std::time::Duration,
+}
+
+impl Default for RestTimeouts {
+    fn default() -> Self {
+        Self {
+            connect: std::time::Duration::from_secs(10),
+            request: std::time::Duration::from_secs(60),
+        }
+    }
+}
+
+impl RestTimeouts {
+    /// An HTTP client with these timeouts.
+    pub fn client(&self) -> reqwest::ClientBuilder {
+        reqwest::Client::builder()
+            .connect_timeout(self.connect)
+            .timeout(self.request)
+    }
+}
+
 /// The catalog implementation and its own properties.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CatalogKind {
@@ -54,8 +80,11 @@ pub enum CatalogKind {
         max_connections: Option<u64>,
     },
     /// A REST catalog: `uri`, and `warehouse`, `credential`, `token`, `oauth2-server-uri`,
-    /// `scope`, `prefix` and `header.*` as given.
-    Rest { props: BTreeMap<String, String> },
+    /// `scope`, `prefix` and `header.*` as given; every call to it bounded by `timeouts`.
+    Rest {
+        props: BTreeMap<String, String>,
+        timeouts: RestTimeouts,
+    },
     /// An in-memory catalog (tables vanish with the process); files under `warehouse`.
     Memory { warehouse: Option<String> },
 }
@@ -129,7 +158,10 @@ pub async fn connect(name: &str, config: CatalogConfig) -> Result<CatalogHandle>
             )));
             Arc::new(catalog)
         }
-        CatalogKind::Rest { props: rest } => {
+        CatalogKind::Rest {
+            props: rest,
+            timeouts,
+        } => {
             props.extend(rest);
             let warehouse = props.get("warehouse").cloned().unwrap_or_default();
             let storage = if is_local(&warehouse) && !warehouse.is_empty() {
@@ -139,12 +171,16 @@ pub async fn connect(name: &str, config: CatalogConfig) -> Result<CatalogHandle>
                     customized_credential_load: None,
                 }) as Arc<dyn StorageFactory>
             };
+            let client = timeouts.client().build().map_err(|e| {
+                Error::Internal(format!("building the REST catalog's HTTP client: {e}"))
+            })?;
             let catalog = RestCatalogBuilder::default()
+                .with_client(client)
                 .with_storage_factory(storage)
                 .load(name, props.clone())
                 .await?;
             committer = Some(Arc::new(Committer::Rest(
-                RestCommitter::connect(&props).await?,
+                RestCommitter::connect(&props, timeouts).await?,
             )));
             Arc::new(catalog)
         }

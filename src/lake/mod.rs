@@ -10,5 +10,5 @@ pub mod storage;
 pub mod writer;
 
 pub use commit::Committer;
-pub use connect::{CatalogConfig, CatalogHandle, CatalogKind, connect, table_exists};
+pub use connect::{CatalogConfig, CatalogHandle, CatalogKind, RestTimeouts, connect, table_exists};
 pub use writer::TableWriter;

@@ -15,7 +15,7 @@ use super::{Output, Session, string_rows, unregister};
 use crate::catalog::LakeCatalogProvider;
 use crate::catalog::jobs::JOBS_SCHEMA;
 use crate::error::{Error, Result};
-use crate::lake::{CatalogConfig, CatalogKind, connect, table_exists};
+use crate::lake::{CatalogConfig, CatalogKind, RestTimeouts, connect, table_exists};
 use crate::schema::partition::partition_spec;
 use crate::schema::{iceberg_schema, type_name};
 use crate::sql::Options;
@@ -413,9 +413,18 @@ fn catalog_config(mut options: Options) -> Result<CatalogConfig> {
                 props.insert(format!("header.{k}"), v);
             }
             let uri = options.take_required("uri");
+            let defaults = RestTimeouts::default();
+            let timeouts = RestTimeouts {
+                connect: options
+                    .take_duration("rest.connect-timeout")?
+                    .unwrap_or(defaults.connect),
+                request: options
+                    .take_duration("rest.request-timeout")?
+                    .unwrap_or(defaults.request),
+            };
             options.finish()?;
             props.insert("uri".to_string(), uri.unwrap_or_default());
-            CatalogKind::Rest { props }
+            CatalogKind::Rest { props, timeouts }
         }
         _ => {
             let warehouse = options.take_str("warehouse");

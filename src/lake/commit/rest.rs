@@ -59,13 +59,17 @@ impl std::fmt::Debug for RestAuth {
 
 impl RestCommitter {
     /// A committer for the REST catalog at `uri` with the catalog's properties.
-    pub async fn connect(props: &HashMap<String, String>) -> Result<Self> {
+    pub async fn connect(
+        props: &HashMap<String, String>,
+        timeouts: crate::lake::RestTimeouts,
+    ) -> Result<Self> {
         let uri = props
             .get("uri")
             .ok_or_else(|| Error::Internal("REST catalog without a uri".into()))?
             .trim_end_matches('/')
             .to_string();
-        let client = reqwest::Client::builder()
+        let client = timeouts
+            .client()
             .default_headers(rest_headers(props)?)
             .build()
             .map_err(|e| rest_error("building an HTTP client", e))?;
@@ -253,8 +257,15 @@ impl RestCommitter {
 /// the server could not be reached or did not answer in time.
 fn rest_error(what: &str, e: reqwest::Error) -> Error {
     let retryable = e.is_connect() || e.is_timeout() || e.is_request() || e.is_body();
+    let why = if e.is_timeout() {
+        " (no answer in time: 'rest.connect-timeout', 'rest.request-timeout')"
+    } else if e.is_connect() {
+        " (cannot connect)"
+    } else {
+        ""
+    };
     Error::Catalog {
-        context: format!("REST catalog: {what}"),
+        context: format!("REST catalog: {what}{why}"),
         source: Box::new(e),
         retryable,
     }
