@@ -1,8 +1,9 @@
 //! Which option keys hold secrets: their values are shown as `****` wherever floe echoes
 //! options (SHOW CATALOGS, error messages). One rule, by the words secret-bearing keys
 //! use: `password`, `secret`, `token`, `credential`, `jaas` (a SASL JAAS config carries its
-//! password), `private`, and `key` or `pem` as the last of several words (`private.key`,
-//! `ssl.key.pem`; not `s3.access-key-id` or `ssl.key.location`). A URL's password
+//! password), `private`, `user-info` (`user:password`), and `key` or `pem` as the last of
+//! several words (`private.key`, `ssl.key.pem`; not `s3.access-key-id` or
+//! `ssl.key.location`). A URL's password
 //! (`user:password@`, `?password=`) is masked too ([`mask_url`]); statements as the REPL
 //! keeps them in its history are masked by `sql::parser::mask_secrets`.
 
@@ -29,6 +30,8 @@ pub fn is_secret(key: &str) -> bool {
                 | "private"
         )
     }) || (words.len() > 1 && matches!(words.last(), Some(&"key" | &"pem")))
+        || words.windows(2).any(|w| w == ["user", "info"])
+        || words.contains(&"userinfo")
 }
 
 /// `value` as it may be shown for option `key`.
@@ -84,6 +87,7 @@ mod tests {
             "ssl.key.pem",
             "sasl.oauthbearer.client.secret",
             "avro-confluent.basic-auth.password",
+            "avro-confluent.basic-auth.user-info",
         ] {
             assert!(is_secret(key), "{key}");
         }
