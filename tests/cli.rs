@@ -1,5 +1,7 @@
 //! The `floe` binary, run as a user runs it: scripts, exit codes, output formats, errors.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -247,11 +249,7 @@ fn catalog_secrets_are_masked() {
 fn metrics_are_served_while_jobs_run() {
     use std::io::{Read, Write};
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let addr = common::process::free_address();
     let script = format!(
         "{CATALOG}
          CREATE SCHEMA lake.m; CREATE TABLE lake.m.t (order_id BIGINT);
@@ -261,7 +259,6 @@ fn metrics_are_served_while_jobs_run() {
          INSERT INTO lake.m.t SELECT order_id FROM gen;"
     );
     std::fs::write(dir.path().join("job.sql"), script).unwrap();
-    let addr = format!("127.0.0.1:{port}");
     let mut child = Command::new(env!("CARGO_BIN_EXE_floe"))
         .current_dir(dir.path())
         .args(["-q", "--metrics", &addr, "-f", "job.sql"])

@@ -3,6 +3,8 @@
 //! that retries); no output, metric, state file, warehouse file or history entry holds any
 //! of them.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -102,12 +104,7 @@ fn metrics(addr: &str) -> String {
 #[test]
 fn no_secret_is_shown_logged_or_kept() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = common::process::free_address();
     // The REPL, on a pipe: statements typed, kept in the history of this HOME.
     let mut child = Command::new(env!("CARGO_BIN_EXE_floe"))
         .current_dir(dir.path())

@@ -5,6 +5,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A loopback address with a port nothing listens on (for floe to serve on).
+pub fn free_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("127.0.0.1:{}", listener.local_addr().unwrap().port())
+}
+
 /// The floe binary under test.
 pub fn floe() -> Command {
     Command::new(env!("CARGO_BIN_EXE_floe"))
