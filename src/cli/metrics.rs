@@ -100,7 +100,7 @@ const CONNECTIONS: usize = 32;
 const CLIENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Serve the metrics of `session`'s jobs on `addr` until the returned task is aborted. Each
-/// connection is served on its own task, within [`CLIENT_TIMEOUT`], at most [`CONNECTIONS`]
+/// connection is served on its own task, within `CLIENT_TIMEOUT`, at most `CONNECTIONS`
 /// at once: a client that connects and sends nothing delays no other.
 pub async fn serve(addr: &str, session: Arc<Session>) -> Result<JoinHandle<()>> {
     let listener = TcpListener::bind(addr)
