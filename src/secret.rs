@@ -70,6 +70,27 @@ pub fn mask_url(uri: &str) -> String {
     u.to_string()
 }
 
+/// Options (`key`, `value` pairs) as `Debug` shows them: secret values masked, URL
+/// passwords masked, everything else as it is.
+pub struct Masked<'a, I>(pub &'a I);
+
+impl<'a, I> std::fmt::Debug for Masked<'a, I>
+where
+    &'a I: IntoIterator<Item = (&'a String, &'a String)>,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.0.into_iter().map(|(k, v)| {
+                let shown = match is_secret(k) {
+                    true => MASK.to_string(),
+                    false => mask_url(v),
+                };
+                (k, shown)
+            }))
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,5 +138,20 @@ mod tests {
             mask_url("postgres://127.0.0.1/db?user=floe&password=secret&sslmode=disable"),
             "postgres://127.0.0.1/db?user=floe&password=****&sslmode=disable"
         );
+    }
+
+    #[test]
+    fn debug_of_options_masks_secrets() {
+        let options = std::collections::BTreeMap::from([
+            ("sasl.password".to_string(), "hunter2".to_string()),
+            ("uri".to_string(), "postgres://u:pw9@h/db".to_string()),
+            ("topic".to_string(), "t".to_string()),
+        ]);
+        let shown = format!("{:?}", Masked(&options));
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("pw9"),
+            "{shown}"
+        );
+        assert!(shown.contains("\"topic\": \"t\""), "{shown}");
     }
 }

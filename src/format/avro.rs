@@ -35,7 +35,6 @@ use crate::error::{Error, Result};
 use crate::sql::Options;
 
 /// Where writer schemas come from.
-#[derive(Debug)]
 enum Source {
     /// A Confluent-compatible registry.
     Registry {
@@ -54,6 +53,34 @@ enum Source {
     },
     /// The one schema given with the source.
     Given,
+}
+
+impl std::fmt::Debug for Source {
+    /// The registry's credentials masked.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Registry { url, user_info, .. } => f
+                .debug_struct("Registry")
+                .field("url", &crate::secret::mask_url(url))
+                .field(
+                    "user_info",
+                    &user_info.as_ref().map(|_| crate::secret::MASK),
+                )
+                .finish_non_exhaustive(),
+            Source::Glue {
+                region,
+                endpoint,
+                registry,
+                ..
+            } => f
+                .debug_struct("Glue")
+                .field("region", region)
+                .field("endpoint", endpoint)
+                .field("registry", registry)
+                .finish_non_exhaustive(),
+            Source::Given => f.write_str("Given"),
+        }
+    }
 }
 
 /// A writer schema as floe knows it.
@@ -597,6 +624,23 @@ mod tests {
     use datafusion::arrow::datatypes::Int64Type;
 
     use super::*;
+
+    #[test]
+    fn debug_shows_no_registry_credentials() {
+        let mut o = Options::try_new(
+            "test",
+            [
+                ("avro-confluent.url", "http://u:pw7@127.0.0.1:1/"),
+                ("avro-confluent.basic-auth.user-info", "u:pw8"),
+            ]
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+        )
+        .unwrap();
+        let decoder = AvroDecoder::try_new("avro-confluent", &mut o).unwrap();
+        let shown = format!("{decoder:?}");
+        assert!(!shown.contains("pw7") && !shown.contains("pw8"), "{shown}");
+        assert!(shown.contains("127.0.0.1:1"), "{shown}");
+    }
 
     #[tokio::test]
     async fn registry_credentials_in_the_url_never_show() {

@@ -37,7 +37,7 @@ pub struct CatalogHandle {
 }
 
 /// What `CREATE CATALOG ... WITH (...)` asks for, read and checked.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct CatalogConfig {
     pub kind: CatalogKind,
     /// Storage properties (`s3.*`, with their prefix), passed to the file IO.
@@ -71,7 +71,7 @@ impl RestTimeouts {
 }
 
 /// The catalog implementation and its own properties.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub enum CatalogKind {
     /// A SQL catalog: `sqlite:path` or `postgres://...`, and a warehouse path or URI.
     Sql {
@@ -87,6 +87,51 @@ pub enum CatalogKind {
     },
     /// An in-memory catalog (tables vanish with the process); files under `warehouse`.
     Memory { warehouse: Option<String> },
+}
+
+impl std::fmt::Debug for CatalogConfig {
+    /// Secrets masked ([`secret`]).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CatalogConfig")
+            .field("kind", &self.kind)
+            .field("storage", &secret::Masked(&self.storage))
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for CatalogKind {
+    /// Secrets masked ([`secret`]): a URI's password, secret properties, headers.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CatalogKind::Sql {
+                uri,
+                warehouse,
+                max_connections,
+            } => f
+                .debug_struct("Sql")
+                .field("uri", &secret::mask_url(uri))
+                .field("warehouse", warehouse)
+                .field("max_connections", max_connections)
+                .finish(),
+            CatalogKind::Rest { props, timeouts } => {
+                let shown: BTreeMap<String, String> = props
+                    .iter()
+                    .map(|(k, v)| match k.starts_with("header.") {
+                        true => (k.clone(), MASK.to_string()),
+                        false => (k.clone(), v.clone()),
+                    })
+                    .collect();
+                f.debug_struct("Rest")
+                    .field("props", &secret::Masked(&shown))
+                    .field("timeouts", timeouts)
+                    .finish()
+            }
+            CatalogKind::Memory { warehouse } => f
+                .debug_struct("Memory")
+                .field("warehouse", warehouse)
+                .finish(),
+        }
+    }
 }
 
 impl CatalogKind {
@@ -363,6 +408,31 @@ fn sql_uri(uri: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_shows_no_secret() {
+        let sql = CatalogConfig {
+            kind: CatalogKind::Sql {
+                uri: "postgres://floe:pw1@h/db".into(),
+                warehouse: "w".into(),
+                max_connections: None,
+            },
+            storage: BTreeMap::from([("s3.secret-access-key".into(), "pw2".into())]),
+        };
+        let rest = CatalogKind::Rest {
+            props: BTreeMap::from([
+                ("credential".into(), "id:pw3".into()),
+                ("header.X-Key".into(), "pw4".into()),
+                ("uri".into(), "http://h".into()),
+            ]),
+            timeouts: RestTimeouts::default(),
+        };
+        let shown = format!("{sql:?} {rest:?}");
+        for secret in ["pw1", "pw2", "pw3", "pw4"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        assert!(shown.contains("http://h"), "{shown}");
+    }
 
     #[test]
     fn sqlite_uris_become_absolute_and_creatable() {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 
 /// An ordered bag of string options taken from a `WITH (...)` clause.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Options {
     entries: BTreeMap<String, String>,
     /// Every key (or `prefix*`) a reader asked for: the vocabulary for suggestions.
@@ -22,6 +22,16 @@ pub struct Options {
     missing: Vec<String>,
     /// What the options belong to, for messages (`CREATE CATALOG lake`).
     context: String,
+}
+
+impl std::fmt::Debug for Options {
+    /// Secret values masked ([`crate::secret`]).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("context", &self.context)
+            .field("entries", &crate::secret::Masked(&self.entries))
+            .finish_non_exhaustive()
+    }
 }
 
 impl Options {

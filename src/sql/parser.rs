@@ -549,7 +549,7 @@ impl Parser<'_> {
         let p = &mut self.df.parser;
         let with = matches!(p.peek_token().token, Token::Word(ref w) if w.keyword == Keyword::WITH);
         if !with || p.peek_nth_token(1).token != Token::LParen {
-            return Ok(Vec::new());
+            return Ok(OptionList::default());
         }
         p.next_token();
         p.expect_token(&Token::LParen)?;
@@ -567,7 +567,7 @@ impl Parser<'_> {
                 break;
             }
         }
-        Ok(options)
+        Ok(OptionList(options))
     }
 }
 
@@ -790,6 +790,18 @@ pub fn name_parts(name: &ObjectName) -> Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     #[test]
+    fn debug_of_a_statement_shows_no_secret() {
+        let parsed = super::parse_sql(
+            "CREATE CATALOG c WITH ('type' = 'iceberg', 'token' = 'pw5', \
+             'uri' = 'postgres://u:pw6@h/db')",
+        )
+        .unwrap();
+        let shown = format!("{parsed:?}");
+        assert!(!shown.contains("pw5") && !shown.contains("pw6"), "{shown}");
+        assert!(shown.contains("iceberg"), "{shown}");
+    }
+
+    #[test]
     fn statements_kept_have_no_secrets() {
         let sql = "CREATE CATALOG c WITH ('type' = 'iceberg',\n  'uri' = 'postgres://floe:pw1@h/db', \
                    's3.secret-access-key'='abc''d', 'sasl.jaas.config' = 'x password=\"p2\"')";
@@ -874,7 +886,7 @@ mod tests {
         assert!(ct.if_not_exists);
         assert_eq!(ct.columns.len(), 1);
         assert_eq!(ct.partitioned_by.len(), 1);
-        assert_eq!(ct.options, vec![("k".to_string(), "v".to_string())]);
+        assert_eq!(ct.options.0, vec![("k".to_string(), "v".to_string())]);
     }
 
     #[test]

@@ -59,7 +59,31 @@ impl fmt::Display for RoutedInsert {
 }
 
 /// A `WITH (...)` clause as written: ordered `(key, value)` pairs.
-pub type OptionList = Vec<(String, String)>;
+#[derive(Clone, Default, PartialEq)]
+pub struct OptionList(pub Vec<(String, String)>);
+
+impl std::ops::Deref for OptionList {
+    type Target = Vec<(String, String)>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl IntoIterator for OptionList {
+    type Item = (String, String);
+    type IntoIter = std::vec::IntoIter<(String, String)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
+impl fmt::Debug for OptionList {
+    /// Secret values masked ([`crate::secret`]): statements are shown in logs and tests.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let map: std::collections::BTreeMap<String, String> = self.0.iter().cloned().collect();
+        crate::secret::Masked(&map).fmt(f)
+    }
+}
 
 fn fmt_with(f: &mut fmt::Formatter<'_>, options: &OptionList) -> fmt::Result {
     if options.is_empty() {

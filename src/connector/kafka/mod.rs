@@ -51,7 +51,7 @@ use crate::sql::Options;
 use crate::sql::options::unsupported;
 
 /// Parsed `kafka` options.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct KafkaOptions {
     pub topics: Topics,
     /// librdkafka settings, verbatim (`properties.` removed).
@@ -62,6 +62,21 @@ pub struct KafkaOptions {
     /// `None`: the partitions of the first listing are all there is.
     pub discovery_interval: Option<Duration>,
     pub error_timeout: Duration,
+}
+
+impl std::fmt::Debug for KafkaOptions {
+    /// librdkafka settings with secrets masked ([`crate::secret`]).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaOptions")
+            .field("topics", &self.topics)
+            .field("properties", &crate::secret::Masked(&self.properties))
+            .field("decoder", &self.decoder)
+            .field("startup", &self.startup)
+            .field("bounded", &self.bounded)
+            .field("discovery_interval", &self.discovery_interval)
+            .field("error_timeout", &self.error_timeout)
+            .finish()
+    }
 }
 
 /// Which topics a source reads.
@@ -422,6 +437,16 @@ mod tests {
             "{e}"
         );
         assert!(!e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn debug_shows_no_secret() {
+        let o = parse(&[("topic", "t"), ("properties.sasl.password", "hunter2")]).unwrap();
+        let shown = format!("{o:?}");
+        for secret in ["hunter2"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        assert!(shown.contains("sasl.password"), "{shown}");
     }
 
     #[test]
