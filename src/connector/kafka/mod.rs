@@ -443,9 +443,7 @@ mod tests {
     fn debug_shows_no_secret() {
         let o = parse(&[("topic", "t"), ("properties.sasl.password", "hunter2")]).unwrap();
         let shown = format!("{o:?}");
-        for secret in ["hunter2"] {
-            assert!(!shown.contains(secret), "{shown}");
-        }
+        assert!(!shown.contains("hunter2"), "{shown}");
         assert!(shown.contains("sasl.password"), "{shown}");
     }
 
