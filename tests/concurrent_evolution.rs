@@ -73,13 +73,8 @@ impl Lake {
         checkpoint: u64,
     ) -> Option<iceberg::table::Table> {
         let committer = self.handle.committer.as_deref();
-        let mark = floe::checkpoint::Mark {
-            job: job.to_string(),
-            checkpoint,
-            offsets: None,
-            time_ms: 0,
-        };
-        commit_once(&self.handle.catalog, committer, pending, &mark, None)
+        let mark = floe::checkpoint::Mark::new(job, checkpoint);
+        commit_once(&self.handle.catalog, committer, pending, &mark, None, None)
             .await
             .unwrap()
     }
@@ -204,33 +199,7 @@ async fn two_jobs_route_into_overlapping_tables_at_once() {
         std::fs::create_dir_all(&d).unwrap();
         std::fs::write(d.join("events.json"), records(tag, N)).unwrap();
     }
-    let session = lake_session(
-        dir.path(),
-        &format!(
-            "SET 'state.dir' = '{0}/state'; SET 'checkpoint.interval' = '20ms';
-             CREATE SOURCE x WITH ('connector' = 'filesystem', 'path' = '{0}/x', 'format' = 'json');
-             CREATE SOURCE y WITH ('connector' = 'filesystem', 'path' = '{0}/y', 'format' = 'json');",
-            dir.path().display()
-        ),
-    )
-    .await;
-    for tag in ["x", "y"] {
-        session
-            .sql(&format!(
-                "SET 'pipeline.name' = 'job-{tag}';
-                 INSERT INTO lake.shared SELECT * FROM {tag} ROUTE BY t"
-            ))
-            .await
-            .unwrap();
-    }
-    for tag in ["x", "y"] {
-        let name = format!("job-{tag}");
-        let wait = session.jobs().wait(&name);
-        let (state, error) = tokio::time::timeout(Duration::from_secs(300), wait)
-            .await
-            .expect("jobs finish");
-        assert_eq!(error, None, "job-{tag} ended {state}");
-    }
+    let session = run_two_jobs(dir.path(), "job", "shared").await;
     let m = N * 3 / 4;
     assert_eq!(
         first_column(
@@ -343,12 +312,7 @@ async fn a_checkpoint_asked_of_a_stale_v1_table_is_not_committed_twice() {
     );
     sink.write(batch(&[], vec![1, 2])).await.unwrap();
     let pending = sink.close().await.unwrap().unwrap();
-    let mark = floe::checkpoint::Mark {
-        job: "v1".into(),
-        checkpoint: 1,
-        offsets: None,
-        time_ms: 0,
-    };
+    let mark = floe::checkpoint::Mark::new("v1", 1);
     let committer = lake.handle.committer.as_deref();
     for attempt in 0..2 {
         commit_once(
@@ -356,6 +320,7 @@ async fn a_checkpoint_asked_of_a_stale_v1_table_is_not_committed_twice() {
             committer,
             &pending,
             &mark,
+            None,
             Some(&stale),
         )
         .await
@@ -365,4 +330,168 @@ async fn a_checkpoint_asked_of_a_stale_v1_table_is_not_committed_twice() {
         first_column(&lake.session, "SELECT count(*) FROM lake.c.v1").await,
         ["2"]
     );
+}
+
+/// Jobs `<prefix>-x` and `<prefix>-y` routing the JSON files under `dir/x` and `dir/y` by
+/// `t` into namespace `lake.<namespace>` at once, run to their end; each must finish.
+async fn run_two_jobs(dir: &std::path::Path, prefix: &str, namespace: &str) -> floe::Session {
+    let session = lake_session(
+        dir,
+        &format!(
+            "SET 'state.dir' = '{0}/state'; SET 'checkpoint.interval' = '20ms';
+             CREATE SOURCE x WITH ('connector' = 'filesystem', 'path' = '{0}/x', 'format' = 'json');
+             CREATE SOURCE y WITH ('connector' = 'filesystem', 'path' = '{0}/y', 'format' = 'json');",
+            dir.display()
+        ),
+    )
+    .await;
+    for tag in ["x", "y"] {
+        session
+            .sql(&format!(
+                "SET 'pipeline.name' = '{prefix}-{tag}';
+                 INSERT INTO lake.{namespace} SELECT * FROM {tag} ROUTE BY t"
+            ))
+            .await
+            .unwrap();
+    }
+    for tag in ["x", "y"] {
+        let name = format!("{prefix}-{tag}");
+        let wait = session.jobs().wait(&name);
+        let (state, error) = tokio::time::timeout(Duration::from_secs(300), wait)
+            .await
+            .expect("jobs finish");
+        assert_eq!(error, None, "{name} ended {state}");
+    }
+    session
+}
+
+/// One column of `name` with `values`, after `id`.
+fn batch_of(
+    ids: Vec<i64>,
+    name: &str,
+    values: Arc<dyn datafusion::arrow::array::Array>,
+) -> RecordBatch {
+    let fields = vec![
+        Field::new("id", DataType::Int64, true),
+        Field::new(name, values.data_type().clone(), true),
+    ];
+    RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        vec![Arc::new(Int64Array::from(ids)), values],
+    )
+    .unwrap()
+}
+
+/// Two writers add the same column with types that do not merge: the second keeps the
+/// first's type, writes its rows whose values fit it, and dead-letters the others, once
+/// however often the commit is tried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_column_typed_otherwise_by_another_writer_dead_letters_what_does_not_fit() {
+    let lake = Lake::new().await;
+    let (mut a, mut b) = (lake.sink(), lake.sink());
+    a.write(batch_of(vec![1], "s", Arc::new(Int64Array::from(vec![7]))))
+        .await
+        .unwrap();
+    let values = StringArray::from(vec![Some("x"), None, Some("y")]);
+    b.write(batch_of(vec![2, 3, 4], "s", Arc::new(values)))
+        .await
+        .unwrap();
+    let (pa, pb) = (
+        a.close().await.unwrap().unwrap(),
+        b.close().await.unwrap().unwrap(),
+    );
+    assert!(lake.commit(&pa, "a", 1).await.is_some());
+    let dead = floe::checkpoint::DeadLetterTarget {
+        namespace: vec!["c".into()],
+        table: "dead_letters".into(),
+        target: "lake.c.t".into(),
+    };
+    let mark = floe::checkpoint::Mark::new("b", 1);
+    let committer = lake.handle.committer.as_deref();
+    for attempt in 0..2 {
+        commit_once(
+            &lake.handle.catalog,
+            committer,
+            &pb,
+            &mark,
+            Some(&dead),
+            None,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("attempt {attempt}: {e}"));
+    }
+    assert_eq!(
+        rows(&lake.session, "SELECT id, s FROM lake.c.t ORDER BY id").await,
+        "\
++----+---+
+| id | s |
++----+---+
+| 0  |   |
+| 1  | 7 |
+| 3  |   |
++----+---+"
+    );
+    let letters = first_column(
+        &lake.session,
+        "SELECT job || ': ' || error FROM lake.c.dead_letters ORDER BY payload",
+    )
+    .await;
+    assert_eq!(letters.len(), 2, "{letters:?}");
+    for letter in &letters {
+        assert!(
+            letter.starts_with("b: table c.t: ")
+                && letter.contains(
+                    "column 's' became long by another writer while this job made it string"
+                ),
+            "{letter}"
+        );
+    }
+}
+
+/// Two jobs route into one table at once and add the same field with types that do not
+/// merge (a number in one, text in the other): neither fails, and every record is a row or
+/// a dead letter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_jobs_typing_one_new_field_differently_both_finish_and_lose_nothing() {
+    const N: usize = 5_000;
+    let dir = tempfile::tempdir().unwrap();
+    for (tag, value) in [("x", "1"), ("y", "\"one\"")] {
+        let d = dir.path().join(tag);
+        std::fs::create_dir_all(&d).unwrap();
+        let lines: String = (0..N)
+            .map(|i| {
+                format!(
+                    "{{\"t\": \"both\", \"job\": \"{tag}\", \"seq\": {i}, \"f{}\": {value}}}\n",
+                    i / 500
+                )
+            })
+            .collect();
+        std::fs::write(d.join("events.json"), lines).unwrap();
+    }
+    let session = run_two_jobs(dir.path(), "typed", "typed").await;
+    let rows: u64 = first_column(&session, "SELECT count(*) FROM lake.typed.both").await[0]
+        .parse()
+        .unwrap();
+    let dead: u64 = match session
+        .sql("SELECT count(*) FROM lake.typed.dead_letters")
+        .await
+    {
+        Ok(_) => first_column(&session, "SELECT count(*) FROM lake.typed.dead_letters").await[0]
+            .parse()
+            .unwrap(),
+        Err(_) => 0,
+    };
+    assert_eq!(
+        rows + dead,
+        2 * N as u64,
+        "{rows} rows, {dead} dead letters"
+    );
+    // The second job's text fits no number column: its rows are the dead letters.
+    assert!(dead > 0, "the two types met");
+    let distinct = first_column(
+        &session,
+        "SELECT count(*) FROM (SELECT DISTINCT job, seq FROM lake.typed.both)",
+    )
+    .await;
+    assert_eq!(distinct, vec![rows.to_string()], "no row twice");
 }

@@ -18,11 +18,12 @@ use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
 
 use super::rewrite::rewrite_files;
-use super::state::{CheckpointRecord, PendingCommit};
+use super::state::{CheckpointRecord, DeadLetterTarget, PendingCommit};
 use crate::connector::Offsets;
-use crate::error::{Error, Result};
+use crate::error::{Error, Reject, Result};
 use crate::failpoint;
 use crate::lake::commit::{self, Committer, EvolvingAppend, prepare, staged};
+use crate::lake::dead_letter::{DeadLetter, batch, ensure_table, row_json};
 use crate::schema::merge::{merge_schemas, remap_spec};
 
 /// Summary key: the job that wrote a snapshot.
@@ -56,6 +57,16 @@ pub struct Mark {
 }
 
 impl Mark {
+    /// The mark of checkpoint `checkpoint` of `job`, without offsets.
+    pub fn new(job: &str, checkpoint: u64) -> Self {
+        Self {
+            job: job.to_string(),
+            checkpoint,
+            offsets: None,
+            time_ms: 0,
+        }
+    }
+
     /// The mark a checkpoint record's commits leave.
     pub fn of(record: &CheckpointRecord) -> Self {
         Self {
@@ -156,7 +167,8 @@ pub async fn commit_all(
     for chunk in record.tables.chunks(PARALLEL_COMMITS) {
         let commits = chunk.iter().map(|p| async {
             let ident = p.ident()?;
-            let table = commit_once(catalog, committer, p, &mark, known.get(&ident)).await?;
+            let dead = record.dead_letters.as_ref();
+            let table = commit_once(catalog, committer, p, &mark, dead, known.get(&ident)).await?;
             if record.tables.len() > 1 {
                 failpoint::reach(failpoint::BETWEEN_COMMITS);
             }
@@ -176,6 +188,7 @@ pub async fn commit_all(
 const CONFLICT_ATTEMPTS: u32 = 10;
 
 /// Commit `pending` with `mark` (its job's checkpoint), unless the table has it already.
+/// Rows the table cannot take (a column another writer gave another type) go to `dead`.
 /// Returns the table as committed, or `None` when nothing was committed. Files of a table that
 /// was dropped and re-created since are not committed to the new one. A commit another writer
 /// beat is tried again on the table as that writer left it (merging schema changes, see
@@ -185,12 +198,13 @@ pub async fn commit_once(
     committer: Option<&Committer>,
     pending: &PendingCommit,
     mark: &Mark,
+    dead: Option<&DeadLetterTarget>,
     known: Option<&Table>,
 ) -> Result<Option<Table>> {
     let mut attempt = 1;
     let mut known = known.cloned();
     loop {
-        match try_commit(catalog, committer, pending, mark, known.take()).await {
+        match try_commit(catalog, committer, pending, mark, dead, known.take()).await {
             Err(e) if is_conflict(&e) && attempt < CONFLICT_ATTEMPTS => {
                 // Jitter, so that two writers retrying do not collide again in step.
                 let ms =
@@ -199,6 +213,108 @@ pub async fn commit_once(
                 attempt += 1;
             }
             other => return other,
+        }
+    }
+}
+
+/// Commit `change` to `table`: on floe's own commit path when the catalog has one (format
+/// v2 and later, or a schema or spec change), else with iceberg-rust's append.
+async fn commit_files(
+    catalog: &Arc<dyn Catalog>,
+    committer: Option<&Committer>,
+    table: &Table,
+    mut change: EvolvingAppend,
+) -> Result<Table> {
+    let md = table.metadata();
+    let evolves = change.schema.is_some() || change.spec.is_some();
+    let default_spec = match change.spec {
+        Some(_) => None,
+        None => Some(md.default_partition_spec_id()),
+    };
+    let single_default_spec = change.files.len() == 1 && Some(change.files[0].0) == default_spec;
+    // floe's own commit path (format v2 and later) starts from the table as the job last saw
+    // it; iceberg-rust's append loads the table twice more (a catalog read and a metadata
+    // file each).
+    let own = committer.filter(|_| evolves || md.format_version() != FormatVersion::V1);
+    let Some(committer) = own else {
+        if !evolves && single_default_spec {
+            let files = change.files.pop().map(|(_, f)| f).unwrap_or_default();
+            let (summary, properties) = (change.summary, change.properties);
+            return commit::append_unretried(catalog, table, files, summary, properties).await;
+        }
+        return Err(Error::Unsupported(format!(
+            "evolving table {} needs floe's own commit path, which this catalog type \
+             does not have",
+            table.identifier()
+        )));
+    };
+    let prepared = prepare(table, change).await?;
+    committer.commit(table, prepared).await
+}
+
+/// What a table's rows left out of its commit are marked with in the dead-letter table: a
+/// job of their own per table, so that each is committed once however the commits go.
+fn left_out_job(job: &str, table: &TableIdent) -> String {
+    format!("{job}#left-out:{table}")
+}
+
+/// Commit `rows` (left out of `table`'s commit for checkpoint `mark`, each with why) to the
+/// job's dead-letter table, unless they are there already.
+async fn leave_out(
+    catalog: &Arc<dyn Catalog>,
+    committer: Option<&Committer>,
+    dead: Option<&DeadLetterTarget>,
+    mark: &Mark,
+    table: &TableIdent,
+    rows: Vec<(datafusion::arrow::array::RecordBatch, Reject)>,
+    why: &str,
+) -> Result<()> {
+    let Some(dead) = dead else {
+        return Err(Error::Plan(format!(
+            "{} rows of checkpoint {} do not fit table {table} ({why}), and the job has no \
+             dead-letter table to keep them",
+            rows.len(),
+            mark.checkpoint
+        )));
+    };
+    let namespace = iceberg::NamespaceIdent::from_vec(dead.namespace.clone())?;
+    let own = Mark {
+        job: left_out_job(&mark.job, table),
+        checkpoint: mark.checkpoint,
+        offsets: None,
+        time_ms: mark.time_ms,
+    };
+    let letters: Vec<DeadLetter> = rows
+        .iter()
+        .map(|(row, reject)| DeadLetter {
+            source: String::new(),
+            partition: None,
+            offset: None,
+            payload: row_json(row),
+            error: format!("table {table}: {reject} ({why})"),
+        })
+        .collect();
+    let mut attempt = 1;
+    loop {
+        let letters_table = ensure_table(catalog, &namespace, &dead.table).await?;
+        if Mark::read(&letters_table, &own.job).is_some_and(|m| m.checkpoint >= own.checkpoint) {
+            return Ok(());
+        }
+        let mut writer = crate::lake::TableWriter::try_new(&letters_table)?;
+        writer
+            .write(batch(&mark.job, &dead.target, &letters, &letters_table)?)
+            .await?;
+        let files = writer.close().await?;
+        let change = EvolvingAppend {
+            schema: None,
+            spec: None,
+            files: vec![(letters_table.metadata().default_partition_spec_id(), files)],
+            summary: own.summary(),
+            properties: own.properties(),
+        };
+        match commit_files(catalog, committer, &letters_table, change).await {
+            Err(e) if is_conflict(&e) && attempt < CONFLICT_ATTEMPTS => attempt += 1,
+            other => return other.map(|_| ()),
         }
     }
 }
@@ -258,6 +374,7 @@ async fn try_commit(
     committer: Option<&Committer>,
     pending: &PendingCommit,
     mark: &Mark,
+    dead: Option<&DeadLetterTarget>,
     known: Option<Table>,
 ) -> Result<Option<Table>> {
     let ident = pending.ident()?;
@@ -306,6 +423,7 @@ async fn try_commit(
     // writer changed its schema since ours was derived (the two are merged), or when the
     // table was created again since the files were written.
     let mut rewrite = false;
+    let mut conflicts = Vec::new();
     let (schema, spec) = match (schema, pending.base_schema_id) {
         (ours, _) if recreated => {
             let ours = match ours {
@@ -315,6 +433,7 @@ async fn try_commit(
             let md = table.metadata();
             let merged = merge_schemas(md.current_schema(), &ours, md.last_column_id())?;
             rewrite = true;
+            conflicts = merged.conflicts;
             let changed = merged.schema.as_struct() != md.current_schema().as_struct();
             (changed.then_some(merged.schema), None)
         }
@@ -322,13 +441,14 @@ async fn try_commit(
             let md = table.metadata();
             let merged = merge_schemas(md.current_schema(), &ours, md.last_column_id())?;
             // Our partition spec ids may name other specs now too: rewrite with a spec change.
-            rewrite = !merged.remap.is_empty() || spec.is_some();
+            // A column whose type is theirs now (a conflict) holds values of ours.
+            rewrite = !merged.remap.is_empty() || spec.is_some() || !merged.conflicts.is_empty();
             let spec = spec.map(|s| remap_spec(&s, &merged.remap)).transpose()?;
+            conflicts = merged.conflicts;
             (Some(merged.schema), spec)
         }
         other => (other.0, spec),
     };
-    let evolves = schema.is_some() || spec.is_some();
     let stage = staged(&table, schema.clone(), spec.clone())?;
     let md = stage.metadata();
     let mut groups = Vec::new();
@@ -340,8 +460,23 @@ async fn try_commit(
         for json in pending.groups.iter().flat_map(|g| &g.files) {
             replaced.push(file_path(json)?);
         }
-        let files = rewrite_files(&stage, &replaced).await?;
-        groups.push((md.default_partition_spec_id(), files));
+        let rewritten = rewrite_files(&stage, &replaced).await?;
+        if !rewritten.rejected.is_empty() {
+            // Rows whose values the table's types (another writer's) cannot take: dead
+            // letters, committed before the table's commit (and once: by their own mark).
+            let why = conflicts.join("; ");
+            leave_out(
+                catalog,
+                committer,
+                dead,
+                mark,
+                &ident,
+                rewritten.rejected,
+                &why,
+            )
+            .await?;
+        }
+        groups.push((md.default_partition_spec_id(), rewritten.files));
     }
     for group in pending.groups.iter().filter(|_| !rewrite) {
         let spec_ref = md.partition_spec_by_id(group.spec_id).ok_or_else(|| {
@@ -365,35 +500,22 @@ async fn try_commit(
             .collect::<iceberg::Result<Vec<_>>>()?;
         groups.push((group.spec_id, files));
     }
-    let single_default_spec = groups.len() == 1 && groups[0].0 == md.default_partition_spec_id();
-    // floe's own commit path (format v2 and later) starts from the table as the job last saw
-    // it; iceberg-rust's append loads the table twice more (a catalog read and a metadata
-    // file each).
-    let own = committer.filter(|_| evolves || md.format_version() != FormatVersion::V1);
-    let Some(committer) = own else {
-        if !evolves && single_default_spec {
-            let files = groups.pop().map(|(_, f)| f).unwrap_or_default();
-            return Ok(Some(
-                commit::append_unretried(catalog, &table, files, summary, properties).await?,
-            ));
+    if groups.iter().all(|(_, files)| files.is_empty()) {
+        // Every row was left out (dead letters, committed above): nothing to commit, and a
+        // retry finds the same.
+        for path in replaced {
+            let _ = table.file_io().delete(&path).await;
         }
-        return Err(Error::Unsupported(format!(
-            "evolving table {ident} needs floe's own commit path, which this catalog type \
-             does not have"
-        )));
+        return Ok(None);
+    }
+    let change = EvolvingAppend {
+        schema,
+        spec,
+        files: groups,
+        summary,
+        properties,
     };
-    let prepared = prepare(
-        &table,
-        EvolvingAppend {
-            schema,
-            spec,
-            files: groups,
-            summary,
-            properties,
-        },
-    )
-    .await?;
-    let committed = committer.commit(&table, prepared).await?;
+    let committed = commit_files(catalog, committer, &table, change).await?;
     // The files the rewrite replaced are in no snapshot: remove them (a crash before this
     // leaves them as orphans, which recovery never commits: the snapshot is there).
     for path in replaced {

@@ -20,4 +20,6 @@ pub mod state;
 
 pub use commit::{Mark, commit_all, commit_once, committed_checkpoint};
 pub use resume::{Resume, TableMarks, resume};
-pub use state::{CheckpointRecord, FileGroup, JobLock, PendingCommit, StateStore};
+pub use state::{
+    CheckpointRecord, DeadLetterTarget, FileGroup, JobLock, PendingCommit, StateStore,
+};

@@ -168,6 +168,7 @@ mod tests {
             sources: offsets(checkpoint * 10),
             tables: vec![],
             table_uuid: Some(uuid.into()),
+            dead_letters: None,
         }
     }
 

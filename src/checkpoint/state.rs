@@ -37,6 +37,17 @@ pub struct CheckpointRecord {
     /// a dropped table of the same name and is not resumed from.
     #[serde(default)]
     pub table_uuid: Option<String>,
+    /// Where the job's dead letters go: rows a commit must leave out go there too.
+    #[serde(default)]
+    pub dead_letters: Option<DeadLetterTarget>,
+}
+
+/// A job's dead-letter table, and the target its letters name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeadLetterTarget {
+    pub namespace: Vec<String>,
+    pub table: String,
+    pub target: String,
 }
 
 /// Data files of one table waiting for (or done with) their commit, with the schema and
@@ -237,6 +248,7 @@ mod tests {
             sources: BTreeMap::from([("s".into(), Offsets::from([("0".into(), "10".into())]))]),
             tables: vec![],
             table_uuid: None,
+            dead_letters: None,
         };
         store.save(&r).unwrap();
         r.checkpoint = 2;
@@ -272,6 +284,7 @@ mod tests {
             sources: BTreeMap::new(),
             tables: vec![],
             table_uuid: None,
+            dead_letters: None,
         };
         // Written by an older floe for 'a b' into the folder 'a_b' (also 'a_b''s old one).
         let legacy = dir.path().join("a_b");

@@ -5,6 +5,7 @@
 
 pub mod commit;
 pub mod connect;
+pub mod dead_letter;
 pub mod runtime;
 pub mod storage;
 pub mod writer;

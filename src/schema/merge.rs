@@ -5,7 +5,9 @@
 //! merges by name: its columns the table now has take the table's ids (widened if it needs
 //! wider types); the others get fresh ids after the table's last one. When that changes an
 //! id its data files were written with, the files are rewritten against the merged schema
-//! (`checkpoint::rewrite`) before the commit; the old ones are deleted after it.
+//! (`checkpoint::rewrite`) before the commit; the old ones are deleted after it. A column
+//! both gave types that do not merge keeps theirs: our rows are written again converted
+//! where that loses nothing, and the others are dead letters ([`Merged::conflicts`]).
 //!
 //! ```text
 //! base: {1 id}      theirs (committed): {1 id, 2 a}      ours (pending): {1 id, 2 b}
@@ -22,7 +24,7 @@ use iceberg::spec::{
 
 use super::promote::widest;
 use super::types::type_name;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The merged schema and how our field ids map to its ids.
 #[derive(Debug)]
@@ -30,32 +32,45 @@ pub struct Merged {
     pub schema: Schema,
     /// Our field id -> the merged schema's id, for every id that differs.
     pub remap: HashMap<i32, i32>,
+    /// Columns both gave types that do not merge (another writer made `x` a string, we a
+    /// long): theirs, committed first, is kept; why, for each. Our values are converted where
+    /// that loses nothing (`schema::conform`), and the rows whose values are not are dead
+    /// letters with this reason.
+    pub conflicts: Vec<String>,
 }
 
 /// Merge `ours` (a schema evolved from an older one of the table) into `theirs` (the table's
 /// current schema, whose highest field id ever is `last_column_id`).
 pub fn merge_schemas(theirs: &Schema, ours: &Schema, last_column_id: i32) -> Result<Merged> {
-    let mut next_id = last_column_id;
-    let mut remap = HashMap::new();
-    let fields = merge_struct(
-        theirs.as_struct(),
-        ours.as_struct(),
-        &mut next_id,
-        &mut remap,
-        "",
-    )?;
+    let mut ids = Ids {
+        next: last_column_id,
+        remap: HashMap::new(),
+        conflicts: Vec::new(),
+    };
+    let fields = merge_struct(theirs.as_struct(), ours.as_struct(), &mut ids, "")?;
     let schema = Schema::builder()
         .with_fields(fields)
         .with_identifier_field_ids(theirs.identifier_field_ids())
         .build()?;
-    Ok(Merged { schema, remap })
+    Ok(Merged {
+        schema,
+        remap: ids.remap,
+        conflicts: ids.conflicts,
+    })
+}
+
+/// What a merge keeps track of as it goes: the next free field id, our ids that change,
+/// and the conflicts it settled.
+struct Ids {
+    next: i32,
+    remap: HashMap<i32, i32>,
+    conflicts: Vec<String>,
 }
 
 fn merge_struct(
     theirs: &StructType,
     ours: &StructType,
-    next_id: &mut i32,
-    remap: &mut HashMap<i32, i32>,
+    ids: &mut Ids,
     path: &str,
 ) -> Result<Vec<NestedFieldRef>> {
     let mut out: Vec<NestedFieldRef> = theirs.fields().to_vec();
@@ -65,16 +80,16 @@ fn merge_struct(
             Some(i) => {
                 let t = out[i].clone();
                 if t.id != f.id {
-                    remap.insert(f.id, t.id);
+                    ids.remap.insert(f.id, t.id);
                 }
-                let ty = merge_type(&t.field_type, &f.field_type, next_id, remap, &name)?;
+                let ty = merge_type(&t.field_type, &f.field_type, ids, &name)?;
                 let required = t.required && f.required;
                 out[i] = Arc::new(field(t.id, &t.name, ty, required, t.doc.clone()));
             }
             None => {
                 // A column only we have: fresh ids for it and everything inside it.
-                let id = fresh(f.id, next_id, remap);
-                let ty = renumber(&f.field_type, next_id, remap);
+                let id = fresh(f.id, &mut ids.next, &mut ids.remap);
+                let ty = renumber(&f.field_type, &mut ids.next, &mut ids.remap);
                 out.push(Arc::new(field(id, &f.name, ty, false, f.doc.clone())));
             }
         }
@@ -139,34 +154,27 @@ fn renumber(ty: &Type, next_id: &mut i32, remap: &mut HashMap<i32, i32>) -> Type
 }
 
 /// The type a column both writers gave a type must have: theirs, widened where ours is wider.
-fn merge_type(
-    theirs: &Type,
-    ours: &Type,
-    next_id: &mut i32,
-    remap: &mut HashMap<i32, i32>,
-    name: &str,
-) -> Result<Type> {
+fn merge_type(theirs: &Type, ours: &Type, ids: &mut Ids, name: &str) -> Result<Type> {
     Ok(match (theirs, ours) {
-        (Type::Primitive(t), Type::Primitive(o)) => {
-            Type::Primitive(widest(t, o).ok_or_else(|| conflict(name, theirs, ours))?)
-        }
+        (Type::Primitive(t), Type::Primitive(o)) => match widest(t, o) {
+            Some(w) => Type::Primitive(w),
+            None => return Ok(conflict(name, theirs, ours, ids)),
+        },
         (Type::Struct(t), Type::Struct(o)) => Type::Struct(StructType::new(merge_struct(
             t,
             o,
-            next_id,
-            remap,
+            ids,
             &format!("{name}."),
         )?)),
         (Type::List(t), Type::List(o)) => {
             let (te, oe) = (&t.element_field, &o.element_field);
             if te.id != oe.id {
-                remap.insert(oe.id, te.id);
+                ids.remap.insert(oe.id, te.id);
             }
             let ty = merge_type(
                 &te.field_type,
                 &oe.field_type,
-                next_id,
-                remap,
+                ids,
                 &format!("{name}.element"),
             )?;
             Type::List(ListType::new(Arc::new(NestedField::list_element(
@@ -181,23 +189,13 @@ fn merge_type(
                 (&t.value_field, &o.value_field),
             ] {
                 if a.id != b.id {
-                    remap.insert(b.id, a.id);
+                    ids.remap.insert(b.id, a.id);
                 }
             }
-            let key = merge_type(
-                &t.key_field.field_type,
-                &o.key_field.field_type,
-                next_id,
-                remap,
-                &format!("{name}.key"),
-            )?;
-            let value = merge_type(
-                &t.value_field.field_type,
-                &o.value_field.field_type,
-                next_id,
-                remap,
-                &format!("{name}.value"),
-            )?;
+            let (tk, ok) = (&t.key_field.field_type, &o.key_field.field_type);
+            let key = merge_type(tk, ok, ids, &format!("{name}.key"))?;
+            let (tv, ov) = (&t.value_field.field_type, &o.value_field.field_type);
+            let value = merge_type(tv, ov, ids, &format!("{name}.value"))?;
             Type::Map(MapType::new(
                 Arc::new(NestedField::map_key_element(t.key_field.id, key)),
                 Arc::new(NestedField::map_value_element(
@@ -207,17 +205,18 @@ fn merge_type(
                 )),
             ))
         }
-        _ => return Err(conflict(name, theirs, ours)),
+        _ => conflict(name, theirs, ours, ids),
     })
 }
 
-fn conflict(name: &str, theirs: &Type, ours: &Type) -> Error {
-    Error::Plan(format!(
-        "column '{name}' became {} by another writer while this job made it {}; the two \
-         cannot be merged",
+/// Their type, for a column whose two types do not merge; the conflict is noted.
+fn conflict(name: &str, theirs: &Type, ours: &Type, ids: &mut Ids) -> Type {
+    ids.conflicts.push(format!(
+        "column '{name}' became {} by another writer while this job made it {}",
         type_name(theirs),
         type_name(ours)
-    ))
+    ));
+    theirs.clone()
 }
 
 /// `spec` with its source columns renumbered as `remap` says.
@@ -287,7 +286,7 @@ mod tests {
     }
 
     #[test]
-    fn types_widen_and_conflicts_say_so() {
+    fn types_widen_and_conflicts_keep_theirs() {
         let int = |id, name: &str| {
             Arc::new(NestedField::optional(
                 id,
@@ -309,8 +308,19 @@ mod tests {
             Type::Primitive(PrimitiveType::String),
         ));
         let theirs = schema(vec![int(1, "n"), string]);
-        let e = merge_schemas(&theirs, &ours, 2).unwrap_err().to_string();
-        assert!(e.contains("column 's' became string"), "{e}");
+        let m = merge_schemas(&theirs, &ours, 2).unwrap();
+        // Theirs, committed first, stays; the conflict says why our values may not fit.
+        assert_eq!(
+            m.schema.field_by_name("s").unwrap().field_type.to_string(),
+            "string"
+        );
+        assert_eq!(m.conflicts.len(), 1);
+        assert!(
+            m.conflicts[0]
+                .contains("column 's' became string by another writer while this job made it long"),
+            "{:?}",
+            m.conflicts
+        );
     }
 
     /// Columns named from `names`, typed from a few primitives, ids from `first`.

@@ -43,12 +43,13 @@ pub trait Sink: Send {
     fn known(&self) -> HashMap<TableIdent, Table>;
 
     /// The checkpoint that committed `pending` is done; `committed` holds the tables as its
-    /// commits left them: each table's new base.
+    /// commits left them: each table's new base. Rows written since that a table, changed by
+    /// another writer, cannot take are given back as rejected.
     async fn after_commit(
         &mut self,
         pending: &[PendingCommit],
         committed: &HashMap<TableIdent, Table>,
-    ) -> Result<()>;
+    ) -> Result<Outcome>;
 }
 
 /// What a write did: rows written (or gathered to be), and rows no table took.
@@ -59,6 +60,20 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// Rows a table left out (see [`Sink::after_commit`]), rejected for `table`.
+    pub fn left_out(table: &str, rows: Vec<(RecordBatch, Reject)>) -> Outcome {
+        let rejected = rows
+            .into_iter()
+            .map(|(rows, reject)| Rejected {
+                source: String::new(),
+                rows,
+                reject,
+                table: Some(table.to_string()),
+            })
+            .collect();
+        Outcome { rows: 0, rejected }
+    }
+
     /// Both outcomes, in order.
     pub fn and(mut self, other: Outcome) -> Outcome {
         self.rows += other.rows;

@@ -50,11 +50,12 @@ impl Sink for TableTarget {
         &mut self,
         pending: &[PendingCommit],
         committed: &HashMap<TableIdent, Table>,
-    ) -> Result<()> {
+    ) -> Result<Outcome> {
         let ident = self.sink.table().identifier().clone();
-        if commits(pending, &ident) {
-            self.sink.after_commit(committed.get(&ident)).await?;
+        if !commits(pending, &ident) {
+            return Ok(Outcome::default());
         }
-        Ok(())
+        let left_out = self.sink.after_commit(committed.get(&ident)).await?;
+        Ok(Outcome::left_out(&ident.to_string(), left_out))
     }
 }

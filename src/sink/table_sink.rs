@@ -546,8 +546,12 @@ impl TableSink {
     /// checkpoint closed are kept: they apply to the committed table when its schema and
     /// specs are the ones they were staged on, else (another writer's changes were merged
     /// in) they are committed as a change of their own, merged at commit (rewriting files
-    /// whose field ids moved, see `checkpoint::commit`).
-    pub async fn after_commit(&mut self, committed: Option<&Table>) -> Result<()> {
+    /// whose field ids moved, see `checkpoint::commit`). Returns the rows written since whose
+    /// values the merged table cannot take, with why: they are the caller's dead letters.
+    pub async fn after_commit(
+        &mut self,
+        committed: Option<&Table>,
+    ) -> Result<Vec<(RecordBatch, Reject)>> {
         self.base = match committed {
             Some(t) => t.clone(),
             None => self.catalog.load_table(self.base.identifier()).await?,
@@ -557,12 +561,12 @@ impl TableSink {
             self.staged = self.base.clone();
             self.schema = None;
             self.spec = None;
-            return Ok(());
+            return Ok(Vec::new());
         };
         if same_layout(&self.base, &expected) {
             // The common case: committed as expected; changes since apply on top.
             self.staged = staged(&self.base, self.schema.clone(), self.spec.clone())?;
-            return Ok(());
+            return Ok(Vec::new());
         }
         if self.base.metadata().uuid() != expected.metadata().uuid() && !self.recreate {
             // Dropped and created again under the job, which does not create this table: its
@@ -598,16 +602,23 @@ impl TableSink {
             .iter()
             .map(|(_, f)| f.file_path().to_string())
             .collect::<Vec<_>>();
+        let mut left_out = Vec::new();
         if !paths.is_empty() {
             let spec_id = self.staged.metadata().default_partition_spec_id();
-            let files = rewrite_files(&self.staged, &paths).await?;
-            self.closed = files.into_iter().map(|f| (spec_id, f)).collect();
+            let rewritten = rewrite_files(&self.staged, &paths).await?;
+            self.closed = rewritten.files.into_iter().map(|f| (spec_id, f)).collect();
             for path in paths {
                 // In no snapshot and no checkpoint record: nothing refers to them.
                 let _ = self.staged.file_io().delete(&path).await;
             }
+            // Rows whose values another writer's types cannot take: the caller's dead letters.
+            let why = merged.conflicts.join("; ");
+            for (row, reject) in rewritten.rejected {
+                self.rows = self.rows.saturating_sub(row.num_rows() as u64);
+                left_out.push((row, Reject::new(format!("{reject} ({why})"))));
+            }
         }
-        Ok(())
+        Ok(left_out)
     }
 
     /// Whether nothing is written or staged since the last commit.

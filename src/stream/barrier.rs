@@ -76,6 +76,7 @@ impl Runner<'_> {
             sources: offsets.clone(),
             tables,
             table_uuid: Some(self.identity.clone()),
+            dead_letters: Some(self.dead.target()),
         };
         self.job.store.save(&record)?;
         failpoint::reach(failpoint::AFTER_RECORD);
@@ -103,6 +104,10 @@ impl Runner<'_> {
         });
         if last {
             self.settle().await?;
+            // Rows the commits left out became dead letters: they need a checkpoint too.
+            if self.dead.has_pending() {
+                return Box::pin(self.checkpoint(true)).await;
+            }
         }
         Ok(())
     }
@@ -115,7 +120,7 @@ impl Runner<'_> {
         };
         let committed = joined(c.task, "checkpoint commit task").await?;
         let commit_ms = c.commits.elapsed().as_millis() as u64;
-        self.data.after_commit(&c.record.tables, &committed).await?;
+        let left_out = self.data.after_commit(&c.record.tables, &committed).await?;
         self.dead.after_commit(&c.record.tables, &committed).await?;
         let status = &self.job.status;
         status
@@ -131,6 +136,7 @@ impl Runner<'_> {
         status
             .checkpoint_time_ms
             .store(c.record.time_ms.max(0) as u64, Ordering::Relaxed);
-        Ok(())
+        // Rows written since that a table changed by another writer cannot take.
+        self.take(left_out).await
     }
 }

@@ -390,7 +390,7 @@ impl Sink for RoutedSink {
         &mut self,
         pending: &[PendingCommit],
         committed: &HashMap<TableIdent, Table>,
-    ) -> Result<()> {
+    ) -> Result<Outcome> {
         // Files still being closed belong to the tables' next commit: they must be there
         // before a table is refreshed or forgotten.
         self.finish_closing().await?;
@@ -402,12 +402,16 @@ impl Sink for RoutedSink {
             .filter(|(name, _)| names.contains(name.as_str()))
             .map(|(_, sink)| sink)
             .collect();
+        let mut outcome = Outcome::default();
         for chunk in sinks.chunks_mut(8) {
-            let reloads = chunk.iter_mut().map(|s| {
+            let reloads = chunk.iter_mut().map(|s| async {
                 let ident = s.table().identifier().clone();
-                s.after_commit(committed.get(&ident))
+                let left_out = s.after_commit(committed.get(&ident)).await?;
+                Ok::<_, Error>(Outcome::left_out(ident.name(), left_out))
             });
-            futures::future::try_join_all(reloads).await?;
+            for left_out in futures::future::try_join_all(reloads).await? {
+                outcome = outcome.and(left_out);
+            }
         }
         if self.tables.len() > self.options.cache_max_size {
             let mut idle: Vec<(u64, String)> = self
@@ -423,7 +427,7 @@ impl Sink for RoutedSink {
                 self.last_write.remove(&name);
             }
         }
-        Ok(())
+        Ok(outcome)
     }
 }
 
