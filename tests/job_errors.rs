@@ -384,3 +384,50 @@ async fn route_max_tables_bounds_tables_created() {
         "{reasons:?}"
     );
 }
+
+/// A row the query refuses after its record decoded is a dead letter with the record's
+/// place and bytes (the file and line), as a record that does not decode is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_refused_after_decoding_keeps_its_records_place_and_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    std::fs::write(
+        input.join("1.json"),
+        "{\"order_id\": 1, \"n\": \"5\"}\n\n{\"order_id\": 2, \"n\": \"five\"}\n{\"order_id\": 3, \"n\": \"7\"}\n",
+    )
+    .unwrap();
+    let session = session(dir.path()).await;
+    session
+        .sql(&format!(
+            "CREATE SOURCE files (order_id BIGINT, n STRING) WITH ('connector' = 'filesystem', \
+             'path' = '{}', 'format' = 'json')",
+            input.display()
+        ))
+        .await
+        .unwrap();
+    run_job(
+        &session,
+        "SET 'pipeline.name' = 'placed';
+         INSERT INTO lake.e.t SELECT order_id + CAST(n AS BIGINT) FROM files",
+    )
+    .await;
+    assert_eq!(
+        first_column(&session, "SELECT order_id FROM lake.e.t ORDER BY order_id").await,
+        ["6", "10"]
+    );
+    let letter = first_column(
+        &session,
+        "SELECT concat(source_partition, ' ', source_offset, ' ', CAST(payload AS STRING)) \
+         FROM lake.e.dead_letters",
+    )
+    .await;
+    let file = input.join("1.json");
+    assert_eq!(
+        letter,
+        [format!(
+            "{} 3 {{\"order_id\": 2, \"n\": \"five\"}}",
+            file.display()
+        )]
+    );
+}

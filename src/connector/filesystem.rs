@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 
-use super::{BadRecord, Offsets, Poll, SourceReader, data_schema, source_rows};
+use super::{BadRecord, Offsets, Origins, Poll, SourceReader, data_schema, source_rows};
 use crate::error::{Error, Reject, Result};
 use crate::format::{Decoder, Format};
 use crate::sql::Options;
@@ -102,6 +102,21 @@ pub struct FilesystemReader {
     /// The files sorting at or before `done` when this reader first listed: read before.
     known: Option<HashSet<String>>,
     last_listing: Option<Instant>,
+}
+
+/// The lines a poll read, as [`Origins`]: the file, each line's number and bytes.
+struct LineOrigins {
+    file: String,
+    lines: Vec<Line>,
+    /// Per batch, each row's line (an index into `lines`).
+    rows: Vec<Vec<usize>>,
+}
+
+impl Origins for LineOrigins {
+    fn origin(&self, batch: usize, row: usize) -> Option<(String, u64, Vec<u8>)> {
+        let (number, bytes) = self.lines.get(*self.rows.get(batch)?.get(row)?)?;
+        Some((self.file.clone(), *number, bytes.clone()))
+    }
 }
 
 /// A line of a file: its 1-based number and its bytes.
@@ -233,7 +248,7 @@ impl FilesystemReader {
 
     /// Decode `lines` of `file` (each with its 1-based line number); lines that do not
     /// decode are returned as rejects, the others as a batch with metadata columns.
-    async fn decode(&self, file: &str, lines: &[Line]) -> Result<Poll> {
+    async fn decode(&self, file: &str, lines: Vec<Line>) -> Result<Poll> {
         let records: Vec<&[u8]> = lines.iter().map(|(_, l)| l.as_slice()).collect();
         let decoded = self.options.decoder.decode(&records).await?;
         let number = |i: usize| lines[i].0;
@@ -258,7 +273,17 @@ impl FilesystemReader {
             )) as ArrayRef),
             _ => None,
         })?;
-        Ok(Poll::Records { batches, rejects })
+        let rows = decoded.groups.iter().map(|g| g.rows.clone()).collect();
+        let origins = LineOrigins {
+            file: file.to_string(),
+            lines,
+            rows,
+        };
+        Ok(Poll::Records {
+            batches,
+            rejects,
+            origins: Some(Arc::new(origins)),
+        })
     }
 
     /// Whether the first line of each file is a header to skip.
@@ -316,7 +341,7 @@ impl SourceReader for FilesystemReader {
         };
         let max_line = self.options.decoder.max_record_size();
         let (lines, at_end) = Self::read_lines(&mut file, max_rows, max_line)?;
-        let poll = self.decode(&file.path, &lines).await?;
+        let poll = self.decode(&file.path, lines).await?;
         if !at_end {
             self.current = Some(file);
             return Ok(poll);
@@ -533,7 +558,10 @@ mod tests {
         std::fs::write(&big, bytes).unwrap();
         let mut again = reader(dir.path(), "json", &[]);
         again.seek(&offsets).unwrap();
-        let Poll::Records { batches, rejects } = again.poll(10).await.unwrap() else {
+        let Poll::Records {
+            batches, rejects, ..
+        } = again.poll(10).await.unwrap()
+        else {
             panic!()
         };
         assert!(rejects.is_empty(), "{rejects:?}");
@@ -554,7 +582,10 @@ mod tests {
         let text = format!("{{\"id\": 1}}\n{long}\n{{\"id\": 3}}\n");
         std::fs::write(dir.path().join("1.json"), text).unwrap();
         let mut r = reader(dir.path(), "json", &[("record.max-size", "64")]);
-        let Poll::Records { batches, rejects } = r.poll(10).await.unwrap() else {
+        let Poll::Records {
+            batches, rejects, ..
+        } = r.poll(10).await.unwrap()
+        else {
             panic!()
         };
         let b = crate::connector::concat(&batches);
@@ -611,6 +642,7 @@ mod tests {
         let Poll::Records {
             batches: batch,
             rejects,
+            ..
         } = r.poll(10).await.unwrap()
         else {
             panic!()
@@ -650,6 +682,7 @@ mod tests {
                 Poll::Records {
                     batches,
                     rejects: r,
+                    ..
                 } => {
                     for b in &batches {
                         ids.extend_from_slice(b.column(0).as_primitive::<Int64Type>().values());

@@ -52,6 +52,8 @@ pub enum Poll {
     Records {
         batches: Vec<RecordBatch>,
         rejects: Vec<BadRecord>,
+        /// Where each row of `batches` came from, when the source can say (see [`Origins`]).
+        origins: Option<Arc<dyn Origins>>,
     },
     /// Nothing right now; poll again later.
     Idle,
@@ -65,7 +67,22 @@ impl Poll {
         Poll::Records {
             batches: vec![batch],
             rejects: Vec::new(),
+            origins: None,
         }
+    }
+}
+
+/// Where the rows of a poll's batches came from: a row rejected after decoding (by the query
+/// or a table) is a dead letter with its record's partition, offset and bytes, as a record
+/// that does not decode is. Kept until the poll's rows are written.
+pub trait Origins: Send + Sync {
+    /// The partition, offset and bytes of the record row `row` of batch `batch` came from.
+    fn origin(&self, batch: usize, row: usize) -> Option<(String, u64, Vec<u8>)>;
+}
+
+impl std::fmt::Debug for dyn Origins {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Origins")
     }
 }
 

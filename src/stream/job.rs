@@ -23,7 +23,7 @@ use super::status::{JobState, JobStatus};
 use super::watermark::WatermarkTracker;
 use crate::checkpoint::resume::{mark_of, marks_in};
 use crate::checkpoint::{Mark, StateStore, TableMarks, commit_all, resume};
-use crate::connector::{Offsets, Poll, SourceReader};
+use crate::connector::{Offsets, Origins, Poll, SourceReader};
 use crate::error::{Error, Result};
 use crate::lake::Committer;
 use crate::sink::dead_letter::{self, DeadLetter, DeadLetters, letters_of, row_json};
@@ -205,7 +205,11 @@ impl Job {
                 reader.poll(POLL_ROWS).await?
             };
             match poll {
-                Poll::Records { batches, rejects } => {
+                Poll::Records {
+                    batches,
+                    rejects,
+                    origins,
+                } => {
                     let source = runner.readers[i].0.clone();
                     let letters = rejects
                         .into_iter()
@@ -218,9 +222,10 @@ impl Job {
                         })
                         .collect();
                     runner.dead_letter(letters).await?;
-                    for batch in batches {
+                    for (b, batch) in batches.into_iter().enumerate() {
                         runner.observe_watermark(i, &batch).await?;
-                        runner.process(&source, batch).await?;
+                        let origin = origins.as_deref().map(|o| (o, b));
+                        runner.process(&source, batch, origin).await?;
                     }
                     runner.update_lag();
                 }
@@ -397,8 +402,15 @@ impl<'a> Runner<'a> {
     }
 
     /// Run the query on a batch and write its rows. Rows the query or the table rejects
-    /// are found by bisecting the batch and sent to the dead-letter table.
-    async fn process(&mut self, source: &str, batch: RecordBatch) -> Result<()> {
+    /// are found by bisecting the batch and sent to the dead-letter table, with their
+    /// record's partition, offset and bytes when `origin` (the poll's, and the batch's
+    /// index in it) can say.
+    async fn process(
+        &mut self,
+        source: &str,
+        batch: RecordBatch,
+        origin: Option<(&dyn Origins, usize)>,
+    ) -> Result<()> {
         if batch.num_rows() == 0 {
             return Ok(());
         }
@@ -406,23 +418,36 @@ impl<'a> Runner<'a> {
             .status
             .records_in
             .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
-        let mut pending = vec![batch];
+        // Parts of the batch still to write, with where each starts in it.
+        let mut pending = vec![(0, batch)];
         let mut letters = Vec::new();
-        while let Some(part) = pending.pop() {
+        while let Some((start, part)) = pending.pop() {
             match self.write_rows(source, part.clone()).await {
                 Ok(()) => {}
                 Err(e) if e.is_record() && part.num_rows() > 1 => {
                     let half = part.num_rows() / 2;
-                    pending.push(part.slice(half, part.num_rows() - half));
-                    pending.push(part.slice(0, half));
+                    pending.push((start + half, part.slice(half, part.num_rows() - half)));
+                    pending.push((start, part.slice(0, half)));
                 }
-                Err(e) if e.is_record() => letters.push(DeadLetter {
-                    source: source.to_string(),
-                    partition: None,
-                    offset: None,
-                    payload: row_json(&part),
-                    error: e.to_string(),
-                }),
+                Err(e) if e.is_record() => {
+                    let record = origin.and_then(|(o, b)| o.origin(b, start));
+                    letters.push(match record {
+                        Some((partition, offset, payload)) => DeadLetter {
+                            source: source.to_string(),
+                            partition: Some(partition),
+                            offset: i64::try_from(offset).ok(),
+                            payload,
+                            error: e.to_string(),
+                        },
+                        None => DeadLetter {
+                            source: source.to_string(),
+                            partition: None,
+                            offset: None,
+                            payload: row_json(&part),
+                            error: e.to_string(),
+                        },
+                    })
+                }
                 Err(e) => return Err(e),
             }
         }

@@ -12,7 +12,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use super::{
     KEY_COLUMN, OFFSET_COLUMN, PARTITION_COLUMN, TIMESTAMP_COLUMN, TOPIC_COLUMN, TopicPartition,
 };
-use crate::connector::{BadRecord, source_rows};
+use crate::connector::{BadRecord, Origins, source_rows};
 use crate::error::Reject;
 use crate::error::Result;
 use crate::format::Decoder;
@@ -32,8 +32,8 @@ pub struct Raw {
 pub async fn decode(
     schema: &SchemaRef,
     decoder: &Decoder,
-    raw: &[Raw],
-) -> Result<(Vec<RecordBatch>, Vec<BadRecord>)> {
+    raw: Vec<Raw>,
+) -> Result<(Vec<RecordBatch>, Vec<BadRecord>, MessageOrigins)> {
     let check_key = schema.field_with_name(KEY_COLUMN).is_ok();
     let mut rejects = Vec::new();
     let mut good = Vec::with_capacity(raw.len());
@@ -87,7 +87,31 @@ pub async fn decode(
         })
     })?;
     rejects.sort_by(|a, b| (&a.partition, a.offset).cmp(&(&b.partition, b.offset)));
-    Ok((batches, rejects))
+    let rows = decoded
+        .groups
+        .iter()
+        .map(|g| g.rows.iter().map(|&j| good[j]).collect())
+        .collect();
+    Ok((batches, rejects, MessageOrigins { raw, rows }))
+}
+
+/// The messages a poll read, as [`Origins`].
+pub struct MessageOrigins {
+    raw: Vec<Raw>,
+    /// Per batch, each row's message (an index into `raw`).
+    rows: Vec<Vec<usize>>,
+}
+
+impl Origins for MessageOrigins {
+    fn origin(&self, batch: usize, row: usize) -> Option<(String, u64, Vec<u8>)> {
+        let r = self.raw.get(*self.rows.get(batch)?.get(row)?)?;
+        let offset = u64::try_from(r.offset).ok()?;
+        Some((
+            r.tp.to_string(),
+            offset,
+            r.payload.clone().unwrap_or_default(),
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -133,7 +157,7 @@ mod tests {
             raw(1, 4, None, Some(br#"{"id": 4}"#)),
             raw(0, 9, Some(b"c"), Some(b"{oops")),
         ];
-        let (batches, rejects) = decode(&schema, &decoder, &messages).await.unwrap();
+        let (batches, rejects, _) = decode(&schema, &decoder, messages.to_vec()).await.unwrap();
         let batch = crate::connector::concat(&batches);
         assert_eq!(batch.num_rows(), 2);
         assert_eq!(
@@ -182,10 +206,10 @@ mod tests {
             Arc::new(Schema::new(vec![Field::new("v", DataType::Binary, true)]));
         let mut o = Options::try_new("t", []).unwrap();
         let decoder = Decoder::try_new("raw", &mut o, schema.clone()).unwrap();
-        let (batches, rejects) = decode(
+        let (batches, rejects, _) = decode(
             &schema,
             &decoder,
-            &[raw(0, 0, Some(&[0xff]), Some(&[1, 2]))],
+            vec![raw(0, 0, Some(&[0xff]), Some(&[1, 2]))],
         )
         .await
         .unwrap();

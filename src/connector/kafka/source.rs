@@ -331,8 +331,12 @@ impl SourceReader for KafkaReader {
         if raw.is_empty() {
             return Ok(Poll::Idle);
         }
-        let (batches, rejects) = decode(&self.schema, &self.options.decoder, &raw).await?;
-        Ok(Poll::Records { batches, rejects })
+        let (batches, rejects, origins) = decode(&self.schema, &self.options.decoder, raw).await?;
+        Ok(Poll::Records {
+            batches,
+            rejects,
+            origins: Some(Arc::new(origins)),
+        })
     }
 
     fn offsets(&self) -> Offsets {

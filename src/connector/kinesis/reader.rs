@@ -372,7 +372,12 @@ impl KinesisReader {
             )) as ArrayRef),
             _ => None,
         })?;
-        Ok(Poll::Records { batches, rejects })
+        // (Kinesis rows rejected after decoding are dead letters without their record.)
+        Ok(Poll::Records {
+            batches,
+            rejects,
+            origins: None,
+        })
     }
 }
 
@@ -510,6 +515,7 @@ mod tests {
         let Some(Poll::Records {
             batches: batch,
             rejects,
+            ..
         }) = r.take("s0", fetched(records, Some("it"))).await.unwrap()
         else {
             panic!("no records")
