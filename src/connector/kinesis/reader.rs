@@ -27,7 +27,7 @@ use super::client::{Failure, FailureKind, Fetched, StreamClient};
 use super::options::{BoundedMode, KinesisOptions, StartupMode};
 use super::shards::{Position, ShardTracker};
 use super::{ARRIVAL_COLUMN, PARTITION_KEY_COLUMN, SEQUENCE_COLUMN, SHARD_COLUMN};
-use crate::connector::{BadRecord, Offsets, Poll, SourceReader, source_rows};
+use crate::connector::{BadRecord, Offsets, Origins, Poll, SourceReader, source_rows};
 use crate::error::{Error, Reject, Result};
 
 /// Least time between two GetRecords calls on one shard (Kinesis allows five a second).
@@ -264,14 +264,18 @@ impl KinesisReader {
                 .unwrap_or(records.len()),
             None => records.len(),
         };
+        let fetched_count = records.len();
+        let mut records = records;
+        records.truncate(keep);
+        let last = records.last().map(|r| r.sequence_number().to_string());
         let poll = if keep > 0 {
-            Some(self.decode(shard, &records[..keep]).await?)
+            Some(self.decode(shard, records).await?)
         } else {
             None
         };
         // Decoded: now the records count as consumed.
-        if let Some(last) = records[..keep].last() {
-            self.tracker.consumed(shard, last.sequence_number());
+        if let Some(last) = &last {
+            self.tracker.consumed(shard, last);
         }
         let closed = self.tracker.is_closed(shard);
         let cursor = self.cursors.entry(shard.to_string()).or_default();
@@ -279,17 +283,17 @@ impl KinesisReader {
         // An open shard that has nothing more now has nothing from before the stop time
         // left (the stop time was taken before the listing that showed it open). A closed
         // one is read to its end instead: its children may hold earlier records.
-        let caught_up = records.is_empty()
+        let caught_up = fetched_count == 0
             && next_iterator.is_some()
             && millis_behind_latest == Some(0)
             && !closed;
-        if stop_at.is_some() && (keep < records.len() || caught_up) {
+        if stop_at.is_some() && (keep < fetched_count || caught_up) {
             // Past the stop time, or caught up with the stream after it.
             self.tracker.reached_bound(shard);
             cursor.iterator = None;
         } else if let Some(next) = next_iterator {
             cursor.iterator = Some(next);
-            cursor.rest(if records.is_empty() && !closed {
+            cursor.rest(if fetched_count == 0 && !closed {
                 EMPTY_GAP
             } else {
                 SHARD_GAP
@@ -337,7 +341,7 @@ impl KinesisReader {
     }
 
     /// Decode records of `shard` into a batch (with metadata columns) and rejects.
-    async fn decode(&self, shard: &str, records: &[Record]) -> Result<Poll> {
+    async fn decode(&self, shard: &str, records: Vec<Record>) -> Result<Poll> {
         let data: Vec<&[u8]> = records.iter().map(|r| r.data().as_ref()).collect();
         let decoded = self.options.decoder.decode(&data).await?;
         let rejects = decoded
@@ -372,12 +376,32 @@ impl KinesisReader {
             )) as ArrayRef),
             _ => None,
         })?;
-        // (Kinesis rows rejected after decoding are dead letters without their record.)
+        let origins = ShardOrigins {
+            shard: shard.to_string(),
+            rows: decoded.groups.iter().map(|g| g.rows.clone()).collect(),
+            records,
+        };
         Ok(Poll::Records {
             batches,
             rejects,
-            origins: None,
+            origins: Some(Arc::new(origins)),
         })
+    }
+}
+
+/// The records a poll read from a shard, as [`Origins`] (offset 0: sequence numbers do not
+/// fit, as for records that do not decode).
+struct ShardOrigins {
+    shard: String,
+    records: Vec<Record>,
+    /// Per batch, each row's record (an index into `records`).
+    rows: Vec<Vec<usize>>,
+}
+
+impl Origins for ShardOrigins {
+    fn origin(&self, batch: usize, row: usize) -> Option<(String, u64, Vec<u8>)> {
+        let record = self.records.get(*self.rows.get(batch)?.get(row)?)?;
+        Some((self.shard.clone(), 0, record.data().as_ref().to_vec()))
     }
 }
 
@@ -515,11 +539,14 @@ mod tests {
         let Some(Poll::Records {
             batches: batch,
             rejects,
-            ..
+            origins,
         }) = r.take("s0", fetched(records, Some("it"))).await.unwrap()
         else {
             panic!("no records")
         };
+        // The second row's record, for a dead letter of a row refused after decoding.
+        let origin = origins.unwrap().origin(0, 1).unwrap();
+        assert_eq!(origin, ("s0".to_string(), 0, br#"{"id": 3}"#.to_vec()));
         let batch = crate::connector::concat(&batch);
         assert_eq!(
             batch.column(0).as_primitive::<Int64Type>().values(),
