@@ -431,3 +431,35 @@ async fn a_row_refused_after_decoding_keeps_its_records_place_and_bytes() {
         )]
     );
 }
+
+/// A routed table that refuses some rows (a NULL for a NOT NULL column it may not relax)
+/// takes the others of the same routing run: only the refused rows are dead letters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_routed_table_refusing_some_rows_takes_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = session(dir.path()).await;
+    session
+        .sql("CREATE SCHEMA lake.r; CREATE TABLE lake.r.t (order_id BIGINT, v BIGINT NOT NULL)")
+        .await
+        .unwrap();
+    run_job(
+        &session,
+        "SET 'pipeline.name' = 'some-refused';
+         INSERT INTO lake.r SELECT order_id,
+           CASE WHEN order_id % 1000 = 0 THEN NULL ELSE order_id END AS v
+         FROM gen ROUTE BY 't' WITH ('schema.evolution' = 'off')",
+    )
+    .await;
+    let refused = ROWS / 1000;
+    assert_eq!(
+        first_column(&session, "SELECT count(*) FROM lake.r.t").await,
+        [(ROWS - refused).to_string()]
+    );
+    let letters = first_column(&session, "SELECT error FROM lake.r.dead_letters").await;
+    assert_eq!(
+        letters.len() as u64,
+        refused,
+        "{:?}",
+        &letters[..3.min(letters.len())]
+    );
+}

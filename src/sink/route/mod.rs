@@ -306,26 +306,37 @@ impl RoutedSink {
                 && t.is_idle()
                 && t.age() > self.options.cache_refresh
             {
-                t.after_commit(None).await?;
+                // (An idle table has no rows written since: none can be left out.)
+                let left_out = t.after_commit(None).await?;
+                rejected.extend(Outcome::left_out(&name, left_out).rejected);
             }
             self.writes += 1;
             self.last_write.insert(name.clone(), self.writes);
             let Some(sink) = self.tables.get_mut(&name) else {
                 continue;
             };
-            let result = sink.write(rows.clone()).await;
+            // A write that fails writes nothing: the rows the table refuses are found by
+            // halving (the others are written).
+            let mut parts = vec![rows];
+            while let Some(part) = parts.pop() {
+                match sink.write(part.clone()).await {
+                    Ok(n) => written += n,
+                    Err(Error::Record(_)) if part.num_rows() > 1 => {
+                        let half = part.num_rows() / 2;
+                        parts.push(part.slice(half, part.num_rows() - half));
+                        parts.push(part.slice(0, half));
+                    }
+                    Err(Error::Record(reject)) => rejected.push(Rejected {
+                        source: source.to_string(),
+                        rows: part,
+                        reject,
+                        table: Some(name.clone()),
+                    }),
+                    Err(e) => return Err(e),
+                }
+            }
             if sink.buffered_bytes() > 0 {
                 self.holds.entry(name.clone()).or_insert(seq);
-            }
-            match result {
-                Ok(n) => written += n,
-                Err(Error::Record(reject)) => rejected.push(Rejected {
-                    source: source.to_string(),
-                    rows,
-                    reject,
-                    table: Some(name),
-                }),
-                Err(e) => return Err(e),
             }
         }
         self.bound().await?;
