@@ -131,7 +131,12 @@ pub fn mask_secrets(sql: &str) -> Option<String> {
     if !changed {
         return Some(sql.to_string());
     }
-    Some(tokens.iter().map(ToString::to_string).collect())
+    // Strings written back quoted as typed (the tokenizer's own text does not double quotes).
+    let text = |t: &Token| match t {
+        Token::SingleQuotedString(s) => format!("'{}'", s.replace('\'', "''")),
+        other => other.to_string(),
+    };
+    Some(tokens.iter().map(text).collect())
 }
 
 fn tokenize(sql: &str) -> Result<Vec<TokenWithSpan>> {
@@ -815,6 +820,9 @@ mod tests {
                 && kept.contains("'type' = 'iceberg',\n"),
             "{kept}"
         );
+        // Other strings of a masked statement keep their quotes.
+        let quoted = super::mask_secrets("WITH ('token' = 'x', 'note' = 'it''s')").unwrap();
+        assert_eq!(quoted, "WITH ('token' = '****', 'note' = 'it''s')");
         // Nothing secret: kept as typed.
         let plain = "SET 'pipeline.name' = 'a';  -- note\nSELECT 'password'";
         assert_eq!(super::mask_secrets(plain).as_deref(), Some(plain));
