@@ -385,18 +385,36 @@ async fn route_max_tables_bounds_tables_created() {
     );
 }
 
+/// `dir/in/1.json` holding `text`: the folder and the file.
+fn json_lines(dir: &std::path::Path, text: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let input = dir.join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    let file = input.join("1.json");
+    std::fs::write(&file, text).unwrap();
+    (input, file)
+}
+
+/// Each dead letter of `namespace` as `<partition> <offset> <payload>`.
+async fn places(session: &floe::Session, namespace: &str) -> Vec<String> {
+    first_column(
+        session,
+        &format!(
+            "SELECT concat(source_partition, ' ', source_offset, ' ', CAST(payload AS STRING)) \
+             FROM {namespace}.dead_letters"
+        ),
+    )
+    .await
+}
+
 /// A row the query refuses after its record decoded is a dead letter with the record's
 /// place and bytes (the file and line), as a record that does not decode is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_refused_after_decoding_keeps_its_records_place_and_bytes() {
     let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("in");
-    std::fs::create_dir_all(&input).unwrap();
-    std::fs::write(
-        input.join("1.json"),
+    let (input, file) = json_lines(
+        dir.path(),
         "{\"order_id\": 1, \"n\": \"5\"}\n\n{\"order_id\": 2, \"n\": \"five\"}\n{\"order_id\": 3, \"n\": \"7\"}\n",
-    )
-    .unwrap();
+    );
     let session = session(dir.path()).await;
     session
         .sql(&format!(
@@ -416,15 +434,8 @@ async fn a_row_refused_after_decoding_keeps_its_records_place_and_bytes() {
         first_column(&session, "SELECT order_id FROM lake.e.t ORDER BY order_id").await,
         ["6", "10"]
     );
-    let letter = first_column(
-        &session,
-        "SELECT concat(source_partition, ' ', source_offset, ' ', CAST(payload AS STRING)) \
-         FROM lake.e.dead_letters",
-    )
-    .await;
-    let file = input.join("1.json");
     assert_eq!(
-        letter,
+        places(&session, "lake.e").await,
         [format!(
             "{} 3 {{\"order_id\": 2, \"n\": \"five\"}}",
             file.display()
@@ -461,5 +472,44 @@ async fn a_routed_table_refusing_some_rows_takes_the_rest() {
         refused,
         "{:?}",
         &letters[..3.min(letters.len())]
+    );
+}
+
+/// A row a routed job's table refuses (after the rows are gathered and routed) is a dead
+/// letter with its record's file, line and bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_a_routed_table_refuses_keeps_its_records_place_and_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, file) = json_lines(
+        dir.path(),
+        "{\"order_id\": 1, \"v\": 5}\n{\"order_id\": 2, \"v\": null}\n{\"order_id\": 3, \"v\": 7}\n",
+    );
+    let session = session(dir.path()).await;
+    session
+        .sql(&format!(
+            "CREATE SCHEMA lake.rr; CREATE TABLE lake.rr.t (order_id BIGINT, v BIGINT NOT NULL);
+             CREATE SOURCE files (order_id BIGINT, v BIGINT) WITH ('connector' = 'filesystem', \
+             'path' = '{}', 'format' = 'json')",
+            input.display()
+        ))
+        .await
+        .unwrap();
+    run_job(
+        &session,
+        "SET 'pipeline.name' = 'routed-placed';
+         INSERT INTO lake.rr SELECT order_id, v FROM files ROUTE BY 't'
+         WITH ('schema.evolution' = 'off')",
+    )
+    .await;
+    assert_eq!(
+        first_column(&session, "SELECT order_id FROM lake.rr.t ORDER BY order_id").await,
+        ["1", "3"]
+    );
+    assert_eq!(
+        places(&session, "lake.rr").await,
+        [format!(
+            "{} 2 {{\"order_id\": 2, \"v\": null}}",
+            file.display()
+        )]
     );
 }

@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 
-use super::{BadRecord, Offsets, Origins, Poll, SourceReader, data_schema, source_rows};
+use super::{BadRecord, Offsets, Origin, Origins, Poll, SourceReader, data_schema, source_rows};
 use crate::error::{Error, Reject, Result};
 use crate::format::{Decoder, Format};
 use crate::sql::Options;
@@ -113,7 +113,7 @@ struct LineOrigins {
 }
 
 impl Origins for LineOrigins {
-    fn origin(&self, batch: usize, row: usize) -> Option<(String, u64, Vec<u8>)> {
+    fn origin(&self, batch: usize, row: usize) -> Option<Origin> {
         let (number, bytes) = self.lines.get(*self.rows.get(batch)?.get(row)?)?;
         Some((self.file.clone(), *number, bytes.clone()))
     }

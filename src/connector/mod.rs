@@ -77,8 +77,11 @@ impl Poll {
 /// that does not decode is. Kept until the poll's rows are written.
 pub trait Origins: Send + Sync {
     /// The partition, offset and bytes of the record row `row` of batch `batch` came from.
-    fn origin(&self, batch: usize, row: usize) -> Option<(String, u64, Vec<u8>)>;
+    fn origin(&self, batch: usize, row: usize) -> Option<Origin>;
 }
+
+/// A record's partition, offset and bytes.
+pub type Origin = (String, u64, Vec<u8>);
 
 impl std::fmt::Debug for dyn Origins {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -124,7 +124,8 @@ impl DeadLetters {
     }
 }
 
-/// The dead letters of rows no table took: one per row, its payload the row as JSON.
+/// The dead letters of rows no table took: one per row, with its record's place and bytes
+/// when known, else the row as JSON.
 pub fn letters_of(rejected: Vec<Rejected>) -> Vec<DeadLetter> {
     let mut letters = Vec::new();
     for r in rejected {
@@ -133,12 +134,22 @@ pub fn letters_of(rejected: Vec<Rejected>) -> Vec<DeadLetter> {
             None => r.reject.to_string(),
         };
         for i in 0..r.rows.num_rows() {
-            letters.push(DeadLetter {
-                source: r.source.clone(),
-                partition: None,
-                offset: None,
-                payload: row_json(&r.rows.slice(i, 1)),
-                error: error.clone(),
+            // The row's record when known; else the row, as JSON.
+            letters.push(match r.records.get(i).cloned().flatten() {
+                Some((partition, offset, payload)) => DeadLetter {
+                    source: r.source.clone(),
+                    partition: Some(partition),
+                    offset: i64::try_from(offset).ok(),
+                    payload,
+                    error: error.clone(),
+                },
+                None => DeadLetter {
+                    source: r.source.clone(),
+                    partition: None,
+                    offset: None,
+                    payload: row_json(&r.rows.slice(i, 1)),
+                    error: error.clone(),
+                },
             });
         }
     }

@@ -10,6 +10,7 @@
 //! ```
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::RecordBatch;
@@ -17,6 +18,7 @@ use iceberg::TableIdent;
 use iceberg::table::Table;
 
 use crate::checkpoint::PendingCommit;
+use crate::connector::{Origin, Origins};
 use crate::error::{Reject, Result};
 
 pub mod dead_letter;
@@ -31,7 +33,12 @@ pub trait Sink: Send {
     /// come back in the outcome, or, from a sink that takes a batch whole, as
     /// [`crate::Error::Record`] (the job then finds the bad rows by halving the batch).
     /// A sink may gather rows and write them in a later call.
-    async fn write(&mut self, source: &str, rows: RecordBatch) -> Result<Outcome>;
+    async fn write(
+        &mut self,
+        source: &str,
+        rows: RecordBatch,
+        origins: Option<RowOrigins>,
+    ) -> Result<Outcome>;
 
     /// Write what earlier calls gathered: the job is about to checkpoint.
     async fn flush(&mut self) -> Result<Outcome>;
@@ -69,6 +76,7 @@ impl Outcome {
                 rows,
                 reject,
                 table: Some(table.to_string()),
+                records: Vec::new(),
             })
             .collect();
         Outcome { rows: 0, rejected }
@@ -90,6 +98,24 @@ pub struct Rejected {
     pub reject: Reject,
     /// The table the rows were meant for, when one was named.
     pub table: Option<String>,
+    /// Each row's record, when known (else empty): the dead letter keeps its place and bytes.
+    pub records: Vec<Option<Origin>>,
+}
+
+/// Where the rows a sink is given came from: rows `start..` of batch `batch` of a poll's
+/// [`Origins`]. Given only when each row of the query's output is the input row at its place.
+#[derive(Clone)]
+pub struct RowOrigins {
+    pub origins: Arc<dyn Origins>,
+    pub batch: usize,
+    pub start: usize,
+}
+
+impl RowOrigins {
+    /// The record row `row` of the rows given came from.
+    pub fn origin(&self, row: usize) -> Option<Origin> {
+        self.origins.origin(self.batch, self.start + row)
+    }
 }
 
 /// Whether `pending` (a checkpoint's commits) has one for `ident`.

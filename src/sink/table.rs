@@ -9,7 +9,7 @@ use iceberg::TableIdent;
 use iceberg::table::Table;
 
 use super::table_sink::TableSink;
-use super::{Outcome, Sink, commits};
+use super::{Outcome, RowOrigins, Sink, commits};
 use crate::checkpoint::PendingCommit;
 use crate::error::Result;
 
@@ -26,7 +26,13 @@ impl TableTarget {
 
 #[async_trait]
 impl Sink for TableTarget {
-    async fn write(&mut self, _source: &str, rows: RecordBatch) -> Result<Outcome> {
+    /// A row the table refuses fails the write: the job finds it (and its record).
+    async fn write(
+        &mut self,
+        _source: &str,
+        rows: RecordBatch,
+        _origins: Option<RowOrigins>,
+    ) -> Result<Outcome> {
         Ok(Outcome {
             rows: self.sink.write(rows).await?,
             rejected: Vec::new(),

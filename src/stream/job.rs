@@ -30,7 +30,7 @@ use crate::sink::dead_letter::{self, DeadLetter, DeadLetters, letters_of, row_js
 use crate::sink::route::{RouteOptions, RoutedSink};
 use crate::sink::table::TableTarget;
 use crate::sink::table_sink::TableSink;
-use crate::sink::{Outcome, Sink};
+use crate::sink::{Outcome, RowOrigins, Sink};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
 
@@ -224,7 +224,7 @@ impl Job {
                     runner.dead_letter(letters).await?;
                     for (b, batch) in batches.into_iter().enumerate() {
                         runner.observe_watermark(i, &batch).await?;
-                        let origin = origins.as_deref().map(|o| (o, b));
+                        let origin = origins.as_ref().map(|o| (o, b));
                         runner.process(&source, batch, origin).await?;
                     }
                     runner.update_lag();
@@ -409,7 +409,7 @@ impl<'a> Runner<'a> {
         &mut self,
         source: &str,
         batch: RecordBatch,
-        origin: Option<(&dyn Origins, usize)>,
+        origin: Option<(&Arc<dyn Origins>, usize)>,
     ) -> Result<()> {
         if batch.num_rows() == 0 {
             return Ok(());
@@ -422,7 +422,12 @@ impl<'a> Runner<'a> {
         let mut pending = vec![(0, batch)];
         let mut letters = Vec::new();
         while let Some((start, part)) = pending.pop() {
-            match self.write_rows(source, part.clone()).await {
+            let rows = origin.map(|(o, b)| RowOrigins {
+                origins: o.clone(),
+                batch: b,
+                start,
+            });
+            match self.write_rows(source, part.clone(), rows).await {
                 Ok(()) => {}
                 Err(e) if e.is_record() && part.num_rows() > 1 => {
                     let half = part.num_rows() / 2;
@@ -455,8 +460,15 @@ impl<'a> Runner<'a> {
     }
 
     /// The query's output for `batch`, written as one batch (so that a bad row writes
-    /// nothing of the batch).
-    async fn write_rows(&mut self, source: &str, batch: RecordBatch) -> Result<()> {
+    /// nothing of the batch). `origins` go with the output when its rows are the input's,
+    /// row for row.
+    async fn write_rows(
+        &mut self,
+        source: &str,
+        batch: RecordBatch,
+        origins: Option<RowOrigins>,
+    ) -> Result<()> {
+        let input_rows = batch.num_rows();
         let out = self.job.query.run(source, batch).await?;
         let Some(first) = out.first() else {
             return Ok(());
@@ -466,7 +478,11 @@ impl<'a> Runner<'a> {
         if out.num_rows() == 0 {
             return Ok(());
         }
-        let outcome = self.data.write(source, out).await?;
+        let same_rows = out.num_rows() == input_rows && self.job.query.keeps_row_order();
+        let outcome = self
+            .data
+            .write(source, out, origins.filter(|_| same_rows))
+            .await?;
         self.take(outcome).await
     }
 

@@ -36,6 +36,9 @@ pub struct ContinuousQuery {
     plans: Mutex<PlanCache>,
     /// The user's session as plans run in it (see [`executor`]).
     executor: SessionState,
+    /// Whether each output row is the input row at its place, when the counts match: no
+    /// operator makes rows of another row (`unnest`).
+    keeps_row_order: bool,
     task: Arc<TaskContext>,
 }
 
@@ -163,6 +166,7 @@ impl ContinuousQuery {
             plans: Mutex::default(),
             task: executor.task_ctx(),
             executor,
+            keeps_row_order: false,
         };
         let schemas = query
             .sources
@@ -171,6 +175,10 @@ impl ContinuousQuery {
             .collect();
         let (planned, _) = query.plan_logical(&schemas).await?;
         check_row_wise(rows_of(&planned.plan))?;
+        query.keeps_row_order = !planned
+            .plan
+            .exists(|n| Ok(matches!(n, LogicalPlan::Unnest(_))))
+            .unwrap_or(true);
         query.sources.retain(|n, _| planned.sources.contains(n));
         if query.sources.is_empty() {
             return Err(Error::Plan(
@@ -279,6 +287,12 @@ impl ContinuousQuery {
     /// The session the query's plans run in.
     pub fn state(&self) -> &SessionState {
         &self.executor
+    }
+
+    /// Whether an output of as many rows as its input is the input row for row (see
+    /// `keeps_row_order`): a rejected row's record is then the input row at its place.
+    pub fn keeps_row_order(&self) -> bool {
+        self.keeps_row_order
     }
 
     /// The sources the query reads, by name.

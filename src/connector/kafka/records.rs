@@ -12,7 +12,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use super::{
     KEY_COLUMN, OFFSET_COLUMN, PARTITION_COLUMN, TIMESTAMP_COLUMN, TOPIC_COLUMN, TopicPartition,
 };
-use crate::connector::{BadRecord, Origins, source_rows};
+use crate::connector::{BadRecord, Origin, Origins, source_rows};
 use crate::error::Reject;
 use crate::error::Result;
 use crate::format::Decoder;
@@ -103,7 +103,7 @@ pub struct MessageOrigins {
 }
 
 impl Origins for MessageOrigins {
-    fn origin(&self, batch: usize, row: usize) -> Option<(String, u64, Vec<u8>)> {
+    fn origin(&self, batch: usize, row: usize) -> Option<Origin> {
         let r = self.raw.get(*self.rows.get(batch)?.get(row)?)?;
         let offset = u64::try_from(r.offset).ok()?;
         Some((

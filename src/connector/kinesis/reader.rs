@@ -27,7 +27,7 @@ use super::client::{Failure, FailureKind, Fetched, StreamClient};
 use super::options::{BoundedMode, KinesisOptions, StartupMode};
 use super::shards::{Position, ShardTracker};
 use super::{ARRIVAL_COLUMN, PARTITION_KEY_COLUMN, SEQUENCE_COLUMN, SHARD_COLUMN};
-use crate::connector::{BadRecord, Offsets, Origins, Poll, SourceReader, source_rows};
+use crate::connector::{BadRecord, Offsets, Origin, Origins, Poll, SourceReader, source_rows};
 use crate::error::{Error, Reject, Result};
 
 /// Least time between two GetRecords calls on one shard (Kinesis allows five a second).
@@ -399,7 +399,7 @@ struct ShardOrigins {
 }
 
 impl Origins for ShardOrigins {
-    fn origin(&self, batch: usize, row: usize) -> Option<(String, u64, Vec<u8>)> {
+    fn origin(&self, batch: usize, row: usize) -> Option<Origin> {
         let record = self.records.get(*self.rows.get(batch)?.get(row)?)?;
         Some((self.shard.clone(), 0, record.data().as_ref().to_vec()))
     }

@@ -153,6 +153,13 @@ impl Groups {
         }
     }
 
+    /// The routed batch and row (in it) of the row at `k` in the routed order.
+    pub(super) fn source_row(&self, k: usize) -> (usize, usize) {
+        let row = self.order.get(k).map_or(k, |&r| r as usize);
+        let batch = self.starts.partition_point(|&s| s <= row).saturating_sub(1);
+        (batch, row - self.starts.get(batch).copied().unwrap_or(0))
+    }
+
     /// Whether every row goes to one table, in order: no gather is needed.
     pub(super) fn is_identity(&self) -> bool {
         self.names.len() <= 1 && self.unroutable == 0

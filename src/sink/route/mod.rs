@@ -31,8 +31,9 @@ use groups::{Groups, drop_all_null_columns};
 use open::{Opener, PARALLEL_OPENS};
 
 use super::table_sink::TableSink;
-use super::{Outcome, Rejected, Sink};
+use super::{Outcome, Rejected, RowOrigins, Sink};
 use crate::checkpoint::PendingCommit;
+use crate::connector::Origin;
 use crate::error::{Error, Reject, Result};
 use crate::schema::narrow_integers;
 
@@ -65,7 +66,7 @@ pub struct RoutedSink {
     closing: Option<Closing>,
     /// The query's output not routed yet, with the source of its records (see
     /// [`ROUTE_ROWS`]), and its rows.
-    gathered: Vec<(String, RecordBatch)>,
+    gathered: Vec<(String, RecordBatch, Option<RowOrigins>)>,
     gathered_rows: usize,
     /// Their memory (Arrow buffers).
     gathered_bytes: usize,
@@ -128,15 +129,20 @@ impl RoutedSink {
         self.gathered_rows = 0;
         self.gathered_bytes = 0;
         let mut outcome = Outcome::default();
-        for (source, batches) in runs(gathered) {
-            outcome = outcome.and(self.route(&source, &batches).await?);
+        for (source, batches, origins) in runs(gathered) {
+            outcome = outcome.and(self.route(&source, &batches, &origins).await?);
         }
         Ok(outcome)
     }
 
     /// Route and write `batches` (the query's output with [`ROUTE_COLUMN`], of one schema,
     /// for records of `source`). Returns the rows written and the rows rejected.
-    async fn route(&mut self, source: &str, batches: &[RecordBatch]) -> Result<Outcome> {
+    async fn route(
+        &mut self,
+        source: &str,
+        batches: &[RecordBatch],
+        origins: &[Option<RowOrigins>],
+    ) -> Result<Outcome> {
         let Some(first) = batches.first() else {
             return Ok(Outcome::default());
         };
@@ -165,8 +171,12 @@ impl RoutedSink {
             Err(Error::Record(reject)) => {
                 let rejected = data
                     .into_iter()
-                    .map(|rows| Rejected {
+                    .zip(origins)
+                    .map(|(rows, o)| Rejected {
                         source: source.to_string(),
+                        records: o.as_ref().map_or_else(Vec::new, |o| {
+                            (0..rows.num_rows()).map(|r| o.origin(r)).collect()
+                        }),
                         rows,
                         reject: reject.clone(),
                         table: None,
@@ -176,12 +186,29 @@ impl RoutedSink {
             }
             Err(e) => return Err(e),
         };
+        // The records of `n` rows from `at` in the routed order, when the rows say.
+        let records = |at: usize, n: usize| -> Vec<Option<Origin>> {
+            if origins.iter().all(Option::is_none) {
+                return Vec::new();
+            }
+            (at..at + n)
+                .map(|k| {
+                    let (b, r) = groups.source_row(k);
+                    origins.get(b)?.as_ref()?.origin(r)
+                })
+                .collect()
+        };
         let mut rejected = Vec::new();
-        // Each table's rows, in slices of the routed batches.
-        let mut slices: Vec<(String, RecordBatch)> = Vec::new();
+        // Each table's rows, in slices of the routed batches, with where each starts in the
+        // routed order.
+        let mut slices: Vec<(String, RecordBatch, usize)> = Vec::new();
         let routed = if groups.is_identity() {
             if let Some(name) = groups.names.first() {
-                slices.extend(data.iter().map(|b| (name.clone(), b.clone())));
+                let mut at = 0;
+                for b in &data {
+                    slices.push((name.clone(), b.clone(), at));
+                    at += b.num_rows();
+                }
             }
             data
         } else {
@@ -192,6 +219,7 @@ impl RoutedSink {
                 let start = sorted.num_rows() - groups.unroutable;
                 rejected.push(Rejected {
                     source: source.to_string(),
+                    records: records(start, groups.unroutable),
                     rows: sorted.slice(start, groups.unroutable),
                     reject: Reject::new(format!(
                         "the ROUTE BY value is NULL, empty, or makes a table name longer than \
@@ -202,7 +230,7 @@ impl RoutedSink {
             }
             let mut start = 0;
             for (name, &end) in groups.names.iter().zip(&groups.ends) {
-                slices.push((name.clone(), sorted.slice(start, end - start)));
+                slices.push((name.clone(), sorted.slice(start, end - start), start));
                 start = end;
             }
             vec![sorted]
@@ -212,12 +240,14 @@ impl RoutedSink {
         let reserved = &self.options.dead_letter_table;
         let is_reserved =
             |name: &String| name == reserved || table_name(reserved).as_ref() == Some(name);
-        let (reserved_rows, kept): (Vec<_>, Vec<_>) =
-            slices.into_iter().partition(|(name, _)| is_reserved(name));
+        let (reserved_rows, kept): (Vec<_>, Vec<_>) = slices
+            .into_iter()
+            .partition(|(name, _, _)| is_reserved(name));
         slices = kept;
-        for (name, rows) in reserved_rows {
+        for (name, rows, at) in reserved_rows {
             rejected.push(Rejected {
                 source: source.to_string(),
+                records: records(at, rows.num_rows()),
                 rows,
                 reject: Reject::new(format!(
                     "the ROUTE BY value names table '{name}', this job's dead-letter table"
@@ -230,7 +260,7 @@ impl RoutedSink {
         let bytes = routed.iter().map(RecordBatch::get_array_memory_size).sum();
         self.routed.push_back((seq, bytes));
         self.routed_bytes += bytes;
-        for (name, rows) in &mut slices {
+        for (name, rows, _) in &mut slices {
             *rows = drop_all_null_columns(rows)?;
             if self.options.int_integers {
                 *rows = narrow_integers(self.tables.get(name).map(TableSink::schema), rows)?;
@@ -238,7 +268,7 @@ impl RoutedSink {
         }
         // Tables seen for the first time are opened (or created) several at a time.
         let mut new: Vec<(String, &RecordBatch)> = Vec::new();
-        for (name, rows) in &slices {
+        for (name, rows, _) in &slices {
             if self.tables.contains_key(name) || new.iter().any(|(n, _)| n == name) {
                 continue;
             }
@@ -273,10 +303,11 @@ impl RoutedSink {
             }
         }
         let mut written = 0;
-        for (name, rows) in slices {
+        for (name, rows, at) in slices {
             if let Some(reject) = refused.get(&name) {
                 rejected.push(Rejected {
                     source: source.to_string(),
+                    records: records(at, rows.num_rows()),
                     rows,
                     reject: reject.clone(),
                     table: None,
@@ -286,6 +317,7 @@ impl RoutedSink {
             if !self.tables.contains_key(&name) {
                 rejected.push(Rejected {
                     source: source.to_string(),
+                    records: records(at, rows.num_rows()),
                     rows,
                     reject: Reject::new(format!(
                         "route.max-tables ({}) reached: table '{name}' is not created",
@@ -317,17 +349,18 @@ impl RoutedSink {
             };
             // A write that fails writes nothing: the rows the table refuses are found by
             // halving (the others are written).
-            let mut parts = vec![rows];
-            while let Some(part) = parts.pop() {
+            let mut parts = vec![(at, rows)];
+            while let Some((at, part)) = parts.pop() {
                 match sink.write(part.clone()).await {
                     Ok(n) => written += n,
                     Err(Error::Record(_)) if part.num_rows() > 1 => {
                         let half = part.num_rows() / 2;
-                        parts.push(part.slice(half, part.num_rows() - half));
-                        parts.push(part.slice(0, half));
+                        parts.push((at + half, part.slice(half, part.num_rows() - half)));
+                        parts.push((at, part.slice(0, half)));
                     }
                     Err(Error::Record(reject)) => rejected.push(Rejected {
                         source: source.to_string(),
+                        records: records(at, part.num_rows()),
                         rows: part,
                         reject,
                         table: Some(name.clone()),
@@ -350,10 +383,15 @@ impl RoutedSink {
 #[async_trait]
 impl Sink for RoutedSink {
     /// Gather `rows` (from `source`); route what is gathered once it is `ROUTE_ROWS`.
-    async fn write(&mut self, source: &str, rows: RecordBatch) -> Result<Outcome> {
+    async fn write(
+        &mut self,
+        source: &str,
+        rows: RecordBatch,
+        origins: Option<RowOrigins>,
+    ) -> Result<Outcome> {
         self.gathered_rows += rows.num_rows();
         self.gathered_bytes += rows.get_array_memory_size();
-        self.gathered.push((source.to_string(), rows));
+        self.gathered.push((source.to_string(), rows, origins));
         if self.gathered_rows < ROUTE_ROWS && self.gathered_bytes < self.options.buffer_size / 4 {
             return Ok(Outcome::default());
         }
@@ -442,28 +480,32 @@ impl Sink for RoutedSink {
     }
 }
 
+/// Batches of one source routed together, with where each one's rows came from.
+type Run = (String, Vec<RecordBatch>, Vec<Option<RowOrigins>>);
+
 /// Runs of batches of one source, schema and set of columns that are NULL throughout, in
 /// order: rows keep their order within each table, and a column that starts (or stops)
 /// carrying values starts a run of its own, so that routed tables see it appear as they
 /// would batch by batch (created without it, then evolved: partition candidates included).
-fn runs(batches: Vec<(String, RecordBatch)>) -> Vec<(String, Vec<RecordBatch>)> {
+fn runs(batches: Vec<(String, RecordBatch, Option<RowOrigins>)>) -> Vec<Run> {
     let all_null = |b: &RecordBatch| -> Vec<bool> {
         b.columns()
             .iter()
             .map(|c| c.null_count() == c.len())
             .collect()
     };
-    let mut runs: Vec<(String, Vec<RecordBatch>)> = Vec::new();
-    for (source, batch) in batches {
+    let mut runs: Vec<Run> = Vec::new();
+    for (source, batch, origins) in batches {
         match runs.last_mut() {
-            Some((s, run))
+            Some((s, run, o))
                 if *s == source
                     && run[0].schema() == batch.schema()
                     && all_null(&run[0]) == all_null(&batch) =>
             {
-                run.push(batch)
+                run.push(batch);
+                o.push(origins);
             }
-            _ => runs.push((source, vec![batch])),
+            _ => runs.push((source, vec![batch], vec![origins])),
         }
     }
     runs
