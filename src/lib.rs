@@ -26,8 +26,10 @@
 //!                                            created on first sight
 //!      --> sink::table_sink per table (schema::evolve grows schema and partition spec)
 //!      --> lake::writer (Parquet files, invisible until committed)
-//!  rows no table takes (Error::Record) --> sink::dead_letter (committed with the data)
+//!  rows no table takes (Error::Record) --> sink::dead_letter (committed with the data),
+//!      with their record's place and bytes (connector::Origins, carried with the poll)
 //!  memory, I/O and outage errors --> the job retries from its last checkpoint
+//!      (a target table created again under the job: Error::Restart, afresh into it)
 //! ```
 //!
 //! ## Checkpoints: exactly once
