@@ -73,6 +73,9 @@ impl Session {
         let options = RouteOptions::try_new(options)?;
         let planner = QueryPlanner::routed(self.ctx.state(), s.query, s.route);
         if self.sources_read_by(planner.statement()).is_empty() {
+            // A name the SELECT reads that does not exist says so first.
+            let state = self.ctx.state();
+            state.statement_to_plan(planner.statement().clone()).await?;
             return Err(Error::Plan(
                 "ROUTE BY runs as a continuous job: its SELECT must read a source (CREATE \
                  SOURCE); to copy a table, INSERT INTO each target table"
