@@ -376,35 +376,54 @@ impl<'de> Visitor<'de> for ValueShape {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        // A repeated key: the earlier value is dropped (`None`), the last wins, as it does
-        // when the record is decoded. Past a few keys, each key's place is looked up rather
-        // than scanned for, so that an object of many keys stays linear.
-        let mut fields: Vec<(String, Option<Shape>)> = Vec::new();
+        // A repeated key: the last value wins (a null one removes the field), as it does when
+        // the record is decoded; earlier ones are marked `dropped` (made only once a key
+        // repeats). Past a few keys, each key's place is looked up rather than scanned for,
+        // so that an object of many keys stays linear.
+        let mut fields: Vec<(String, Shape)> = Vec::new();
+        let mut dropped: Vec<bool> = Vec::new();
         let mut places: Option<HashMap<String, usize>> = None;
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             let shape = map.next_value_seed(self)?;
             let earlier = match &mut places {
-                Some(p) => p.insert(key.to_string(), fields.len()),
-                None => fields.iter().position(|(n, _)| n.as_str() == key),
+                Some(p) => p.remove(key.as_ref()),
+                None => fields.iter().enumerate().position(|(i, (n, _))| {
+                    n.as_str() == key && !dropped.get(i).is_some_and(|d| *d)
+                }),
             };
             if let Some(i) = earlier {
-                fields[i].1 = None;
+                if dropped.is_empty() {
+                    dropped = vec![false; fields.len()];
+                }
+                dropped[i] = true;
+            }
+            let Some(shape) = shape else { continue };
+            if let Some(p) = &mut places {
+                p.insert(key.to_string(), fields.len());
             }
             fields.push((key.into_owned(), shape));
+            if !dropped.is_empty() {
+                dropped.push(false);
+            }
             if places.is_none() && fields.len() > SCANNED_KEYS {
+                let kept = |i: &usize| !dropped.get(*i).is_some_and(|d| *d);
                 places = Some(
                     fields
                         .iter()
                         .enumerate()
+                        .filter(|(i, _)| kept(i))
                         .map(|(i, (n, _))| (n.clone(), i))
                         .collect(),
                 );
             }
         }
-        let fields: Vec<(String, Shape)> = fields
-            .into_iter()
-            .filter_map(|(name, shape)| Some((name, shape?)))
-            .collect();
+        if !dropped.is_empty() {
+            fields = fields
+                .into_iter()
+                .zip(dropped)
+                .filter_map(|(field, dropped)| (!dropped).then_some(field))
+                .collect();
+        }
         Ok((!fields.is_empty()).then_some(Shape::Struct(fields)))
     }
 }
