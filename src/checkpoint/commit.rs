@@ -240,7 +240,9 @@ async fn commit_files(
         if !evolves && single_default_spec {
             let files = change.files.pop().map(|(_, f)| f).unwrap_or_default();
             let (summary, properties) = (change.summary, change.properties);
-            return commit::append_unretried(catalog, table, files, summary, properties).await;
+            // (Not empty: a commit with no files returns before.)
+            let unretried = commit::without_retries(table)?;
+            return commit::append(catalog, &unretried, files, summary, properties).await;
         }
         return Err(Error::Unsupported(format!(
             "evolving table {} needs floe's own commit path, which this catalog type \

@@ -42,22 +42,14 @@ pub async fn append(
     Ok(tx.commit(catalog.as_ref()).await?)
 }
 
-/// [`append`], with a conflict returned instead of retried: iceberg-rust's retry re-applies
-/// the append to the table as it is then, and so does its first attempt (it loads the table
-/// again), without asking whether the commit is still wanted. The caller asks the table (a
-/// checkpoint's mark, [`crate::checkpoint::commit`]) and tries again itself.
-pub async fn append_unretried(
-    catalog: &Arc<dyn Catalog>,
-    table: &Table,
-    files: Vec<DataFile>,
-    summary: HashMap<String, String>,
-    properties: HashMap<String, String>,
-) -> Result<Table> {
-    if files.is_empty() {
-        return Ok(table.clone());
-    }
-    // The transaction's retries come from the properties of the table it starts from; its
-    // commit starts over from the table as loaded, so this copy is never committed.
+/// `table` with iceberg-rust's commit retries off, for [`append`] to return a conflict
+/// instead of retrying it: iceberg-rust's retry re-applies the append to the table as it is
+/// then, and so does its first attempt (it loads the table again), without asking whether
+/// the commit is still wanted. The caller asks the table (a checkpoint's mark,
+/// [`crate::checkpoint::commit`]) and tries again itself. The transaction's retries come from
+/// the properties of the table it starts from; its commit starts over from the table as
+/// loaded, so this copy is never committed (nor returned: give it files).
+pub fn without_retries(table: &Table) -> Result<Table> {
     let mut settings = table.metadata().properties().clone();
     settings.insert(
         TableProperties::PROPERTY_COMMIT_NUM_RETRIES.to_string(),
@@ -70,6 +62,5 @@ pub async fn append_unretried(
         .set_properties(settings)?
         .build()?
         .metadata;
-    let copy = super::table_like(table, metadata, table.metadata_location())?;
-    append(catalog, &copy, files, summary, properties).await
+    super::table_like(table, metadata, table.metadata_location())
 }

@@ -18,7 +18,7 @@ pub mod evolving;
 pub mod rest;
 pub mod sql;
 
-pub use append::{append, append_unretried};
+pub use append::{append, without_retries};
 pub use evolving::{EvolvingAppend, Prepared, prepare, staged};
 pub use rest::RestCommitter;
 pub use sql::SqlCommitter;
