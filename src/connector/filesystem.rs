@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 
-use super::{BadRecord, Offsets, Origin, Origins, Poll, SourceReader, data_schema, source_rows};
+use super::{BadRecord, Offsets, Poll, RecordOrigins, SourceReader, data_schema, source_rows};
 use crate::error::{Error, Reject, Result};
 use crate::format::{Decoder, Format};
 use crate::sql::Options;
@@ -102,21 +102,6 @@ pub struct FilesystemReader {
     /// The files sorting at or before `done` when this reader first listed: read before.
     known: Option<HashSet<String>>,
     last_listing: Option<Instant>,
-}
-
-/// The lines a poll read, as [`Origins`]: the file, each line's number and bytes.
-struct LineOrigins {
-    file: String,
-    lines: Vec<Line>,
-    /// Per batch, each row's line (an index into `lines`).
-    rows: Vec<Vec<usize>>,
-}
-
-impl Origins for LineOrigins {
-    fn origin(&self, batch: usize, row: usize) -> Option<Origin> {
-        let (number, bytes) = self.lines.get(*self.rows.get(batch)?.get(row)?)?;
-        Some((self.file.clone(), *number, bytes.clone()))
-    }
 }
 
 /// A line of a file: its 1-based number and its bytes.
@@ -273,12 +258,10 @@ impl FilesystemReader {
             )) as ArrayRef),
             _ => None,
         })?;
-        let rows = decoded.groups.iter().map(|g| g.rows.clone()).collect();
-        let origins = LineOrigins {
-            file: file.to_string(),
-            lines,
-            rows,
-        };
+        let file = file.to_string();
+        let origins = RecordOrigins::new(lines, decoded.group_rows(), move |(n, bytes)| {
+            Some((file.clone(), *n, bytes.clone()))
+        });
         Ok(Poll::Records {
             batches,
             rejects,

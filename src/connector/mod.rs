@@ -83,6 +83,37 @@ pub trait Origins: Send + Sync {
 /// A record's partition, offset and bytes.
 pub type Origin = (String, u64, Vec<u8>);
 
+/// [`Origins`] of a poll's records as a source keeps them (`T`): per batch, each row's record
+/// (an index into `records`), and how a record tells its place.
+pub struct RecordOrigins<T> {
+    records: Vec<T>,
+    rows: Vec<Vec<usize>>,
+    place: Box<Place<T>>,
+}
+
+/// How a source's record tells its partition, offset and bytes.
+type Place<T> = dyn Fn(&T) -> Option<Origin> + Send + Sync;
+
+impl<T> RecordOrigins<T> {
+    pub fn new(
+        records: Vec<T>,
+        rows: Vec<Vec<usize>>,
+        place: impl Fn(&T) -> Option<Origin> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            records,
+            rows,
+            place: Box::new(place),
+        }
+    }
+}
+
+impl<T: Send + Sync> Origins for RecordOrigins<T> {
+    fn origin(&self, batch: usize, row: usize) -> Option<Origin> {
+        (self.place)(self.records.get(*self.rows.get(batch)?.get(row)?)?)
+    }
+}
+
 impl std::fmt::Debug for dyn Origins {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Origins")

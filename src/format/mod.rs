@@ -74,6 +74,13 @@ pub struct Decoded {
     pub errors: Vec<(usize, String)>,
 }
 
+impl Decoded {
+    /// Per group, the input index of each of its rows.
+    pub fn group_rows(&self) -> Vec<Vec<usize>> {
+        self.groups.iter().map(|g| g.rows.clone()).collect()
+    }
+}
+
 /// Records of one schema.
 #[derive(Debug)]
 pub struct Group {

@@ -12,7 +12,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use super::{
     KEY_COLUMN, OFFSET_COLUMN, PARTITION_COLUMN, TIMESTAMP_COLUMN, TOPIC_COLUMN, TopicPartition,
 };
-use crate::connector::{BadRecord, Origin, Origins, source_rows};
+use crate::connector::{BadRecord, RecordOrigins, source_rows};
 use crate::error::Reject;
 use crate::error::Result;
 use crate::format::Decoder;
@@ -33,7 +33,7 @@ pub async fn decode(
     schema: &SchemaRef,
     decoder: &Decoder,
     raw: Vec<Raw>,
-) -> Result<(Vec<RecordBatch>, Vec<BadRecord>, MessageOrigins)> {
+) -> Result<(Vec<RecordBatch>, Vec<BadRecord>, RecordOrigins<Raw>)> {
     let check_key = schema.field_with_name(KEY_COLUMN).is_ok();
     let mut rejects = Vec::new();
     let mut good = Vec::with_capacity(raw.len());
@@ -88,30 +88,19 @@ pub async fn decode(
     })?;
     rejects.sort_by(|a, b| (&a.partition, a.offset).cmp(&(&b.partition, b.offset)));
     let rows = decoded
-        .groups
-        .iter()
-        .map(|g| g.rows.iter().map(|&j| good[j]).collect())
+        .group_rows()
+        .into_iter()
+        .map(|rows| rows.into_iter().map(|j| good[j]).collect())
         .collect();
-    Ok((batches, rejects, MessageOrigins { raw, rows }))
-}
-
-/// The messages a poll read, as [`Origins`].
-pub struct MessageOrigins {
-    raw: Vec<Raw>,
-    /// Per batch, each row's message (an index into `raw`).
-    rows: Vec<Vec<usize>>,
-}
-
-impl Origins for MessageOrigins {
-    fn origin(&self, batch: usize, row: usize) -> Option<Origin> {
-        let r = self.raw.get(*self.rows.get(batch)?.get(row)?)?;
+    let origins = RecordOrigins::new(raw, rows, |r: &Raw| {
         let offset = u64::try_from(r.offset).ok()?;
         Some((
             r.tp.to_string(),
             offset,
             r.payload.clone().unwrap_or_default(),
         ))
-    }
+    });
+    Ok((batches, rejects, origins))
 }
 
 #[cfg(test)]

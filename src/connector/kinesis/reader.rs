@@ -27,7 +27,7 @@ use super::client::{Failure, FailureKind, Fetched, StreamClient};
 use super::options::{BoundedMode, KinesisOptions, StartupMode};
 use super::shards::{Position, ShardTracker};
 use super::{ARRIVAL_COLUMN, PARTITION_KEY_COLUMN, SEQUENCE_COLUMN, SHARD_COLUMN};
-use crate::connector::{BadRecord, Offsets, Origin, Origins, Poll, SourceReader, source_rows};
+use crate::connector::{BadRecord, Offsets, Poll, RecordOrigins, SourceReader, source_rows};
 use crate::error::{Error, Reject, Result};
 
 /// Least time between two GetRecords calls on one shard (Kinesis allows five a second).
@@ -376,32 +376,16 @@ impl KinesisReader {
             )) as ArrayRef),
             _ => None,
         })?;
-        let origins = ShardOrigins {
-            shard: shard.to_string(),
-            rows: decoded.groups.iter().map(|g| g.rows.clone()).collect(),
-            records,
-        };
+        // (Offset 0: sequence numbers do not fit, as for records that do not decode.)
+        let shard = shard.to_string();
+        let origins = RecordOrigins::new(records, decoded.group_rows(), move |r: &Record| {
+            Some((shard.clone(), 0, r.data().as_ref().to_vec()))
+        });
         Ok(Poll::Records {
             batches,
             rejects,
             origins: Some(Arc::new(origins)),
         })
-    }
-}
-
-/// The records a poll read from a shard, as [`Origins`] (offset 0: sequence numbers do not
-/// fit, as for records that do not decode).
-struct ShardOrigins {
-    shard: String,
-    records: Vec<Record>,
-    /// Per batch, each row's record (an index into `records`).
-    rows: Vec<Vec<usize>>,
-}
-
-impl Origins for ShardOrigins {
-    fn origin(&self, batch: usize, row: usize) -> Option<Origin> {
-        let record = self.records.get(*self.rows.get(batch)?.get(row)?)?;
-        Some((self.shard.clone(), 0, record.data().as_ref().to_vec()))
     }
 }
 
