@@ -78,6 +78,24 @@ impl Lake {
             .await
             .unwrap()
     }
+
+    /// Commit `pending` as checkpoint 1 of `job` twice (a retry, a recovery), from `known`
+    /// when given, its left-out rows to `dead`: each attempt must succeed.
+    async fn commit_twice(
+        &self,
+        pending: &floe::checkpoint::PendingCommit,
+        job: &str,
+        dead: Option<&floe::checkpoint::DeadLetterTarget>,
+        known: Option<&iceberg::table::Table>,
+    ) {
+        let mark = floe::checkpoint::Mark::new(job, 1);
+        let committer = self.handle.committer.as_deref();
+        for attempt in 0..2 {
+            commit_once(&self.handle.catalog, committer, pending, &mark, dead, known)
+                .await
+                .unwrap_or_else(|e| panic!("attempt {attempt}: {e}"));
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -312,20 +330,7 @@ async fn a_checkpoint_asked_of_a_stale_v1_table_is_not_committed_twice() {
     );
     sink.write(batch(&[], vec![1, 2])).await.unwrap();
     let pending = sink.close().await.unwrap().unwrap();
-    let mark = floe::checkpoint::Mark::new("v1", 1);
-    let committer = lake.handle.committer.as_deref();
-    for attempt in 0..2 {
-        commit_once(
-            &lake.handle.catalog,
-            committer,
-            &pending,
-            &mark,
-            None,
-            Some(&stale),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("attempt {attempt}: {e}"));
-    }
+    lake.commit_twice(&pending, "v1", None, Some(&stale)).await;
     assert_eq!(
         first_column(&lake.session, "SELECT count(*) FROM lake.c.v1").await,
         ["2"]
@@ -406,20 +411,7 @@ async fn a_column_typed_otherwise_by_another_writer_dead_letters_what_does_not_f
         table: "dead_letters".into(),
         target: "lake.c.t".into(),
     };
-    let mark = floe::checkpoint::Mark::new("b", 1);
-    let committer = lake.handle.committer.as_deref();
-    for attempt in 0..2 {
-        commit_once(
-            &lake.handle.catalog,
-            committer,
-            &pb,
-            &mark,
-            Some(&dead),
-            None,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("attempt {attempt}: {e}"));
-    }
+    lake.commit_twice(&pb, "b", Some(&dead), None).await;
     assert_eq!(
         rows(&lake.session, "SELECT id, s FROM lake.c.t ORDER BY id").await,
         "\

@@ -38,6 +38,21 @@ async fn wait_for(session: &floe::Session, sql: &str, want: &str) {
     }
 }
 
+/// Start `insert`; orders 1 to 50 committed to `table`, then 51 to 80 read but not yet
+/// committed (the checkpoint interval is 2 s).
+async fn fifty_committed_thirty_in_flight(
+    session: &floe::Session,
+    input: &Path,
+    insert: &str,
+    table: &str,
+) {
+    write_orders(input, "1.json", "x", 1..=50);
+    session.sql(insert).await.unwrap();
+    wait_for(session, &format!("SELECT count(*) FROM {table}"), "50").await;
+    write_orders(input, "2.json", "x", 51..=80);
+    wait_for(session, "SELECT records_in FROM floe.jobs", "80").await;
+}
+
 async fn session(dir: &Path) -> floe::Session {
     std::fs::create_dir_all(dir.join("in")).unwrap();
     lake_session(
@@ -57,16 +72,8 @@ async fn a_routed_table_dropped_under_the_job_comes_back_with_its_rows() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in");
     let session = session(dir.path()).await;
-    write_orders(&input, "1.json", "x", 1..=50);
-    session
-        .sql("INSERT INTO lake.r SELECT id, route FROM src ROUTE BY route")
-        .await
-        .unwrap();
-    wait_for(&session, "SELECT count(*) FROM lake.r.x", "50").await;
-
-    // Rows read, not yet committed, when the table is dropped.
-    write_orders(&input, "2.json", "x", 51..=80);
-    wait_for(&session, "SELECT records_in FROM floe.jobs", "80").await;
+    let insert = "INSERT INTO lake.r SELECT id, route FROM src ROUTE BY route";
+    fifty_committed_thirty_in_flight(&session, &input, insert, "lake.r.x").await;
     session.sql("DROP TABLE lake.r.x").await.unwrap();
     wait_for(&session, "SELECT count(*) FROM lake.r.x", "30").await;
     // And the job goes on writing to the table it created again.
@@ -91,14 +98,8 @@ async fn a_target_table_created_again_under_the_job_starts_it_afresh() {
         .sql("CREATE SCHEMA lake.e; CREATE TABLE lake.e.t (id BIGINT)")
         .await
         .unwrap();
-    write_orders(&input, "1.json", "x", 1..=50);
-    session
-        .sql("INSERT INTO lake.e.t SELECT id FROM src")
-        .await
-        .unwrap();
-    wait_for(&session, "SELECT count(*) FROM lake.e.t", "50").await;
-    write_orders(&input, "2.json", "x", 51..=80);
-    wait_for(&session, "SELECT records_in FROM floe.jobs", "80").await;
+    let insert = "INSERT INTO lake.e.t SELECT id FROM src";
+    fifty_committed_thirty_in_flight(&session, &input, insert, "lake.e.t").await;
     session
         .sql("DROP TABLE lake.e.t; CREATE TABLE lake.e.t (id BIGINT)")
         .await

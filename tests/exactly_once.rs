@@ -66,6 +66,15 @@ fn routed_summary(dir: &Path) -> String {
     )
 }
 
+/// The routed tables of a run straight through, with one checkpoint at the end.
+fn straight_routed_summary() -> String {
+    let straight = tempfile::tempdir().unwrap();
+    run_script_to_end(straight.path(), &routed_script("1h"));
+    let expected = routed_summary(straight.path());
+    assert_eq!(expected.lines().count(), 4, "{expected}");
+    expected
+}
+
 /// The table's contents, summarised so that any lost or duplicated row shows.
 fn summary(dir: &Path) -> String {
     query_csv(
@@ -102,10 +111,7 @@ fn a_job_killed_and_restarted_gives_the_same_rows() {
 
 #[test]
 fn a_routed_evolving_job_killed_and_restarted_gives_the_same_tables() {
-    let straight = tempfile::tempdir().unwrap();
-    run_script_to_end(straight.path(), &routed_script("1h"));
-    let expected = routed_summary(straight.path());
-    assert_eq!(expected.lines().count(), 4, "{expected}");
+    let expected = straight_routed_summary();
 
     let frequent = tempfile::tempdir().unwrap();
     run_script_to_end(frequent.path(), &routed_script("50ms"));
@@ -135,10 +141,7 @@ fn a_routed_evolving_job_killed_and_restarted_gives_the_same_tables() {
 #[test]
 fn a_crash_at_each_step_of_a_checkpoint_loses_and_duplicates_nothing() {
     use std::os::unix::process::ExitStatusExt;
-    let straight = tempfile::tempdir().unwrap();
-    run_script_to_end(straight.path(), &routed_script("1h"));
-    let expected = routed_summary(straight.path());
-    assert_eq!(expected.lines().count(), 4, "{expected}");
+    let expected = straight_routed_summary();
 
     for failpoint in [
         "after-record:3",

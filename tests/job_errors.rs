@@ -385,13 +385,29 @@ async fn route_max_tables_bounds_tables_created() {
     );
 }
 
-/// `dir/in/1.json` holding `text`: the folder and the file.
-fn json_lines(dir: &std::path::Path, text: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+/// Run `insert` as job `job` to its end over `dir/in/1.json` holding `text`, read by source
+/// `files` with `columns`, after `setup`; the file.
+async fn run_over_lines(
+    session: &floe::Session,
+    dir: &std::path::Path,
+    text: &str,
+    (setup, columns): (&str, &str),
+    (job, insert): (&str, &str),
+) -> std::path::PathBuf {
     let input = dir.join("in");
     std::fs::create_dir_all(&input).unwrap();
     let file = input.join("1.json");
     std::fs::write(&file, text).unwrap();
-    (input, file)
+    session
+        .sql(&format!(
+            "{setup} CREATE SOURCE files ({columns}) WITH ('connector' = 'filesystem', \
+             'path' = '{}', 'format' = 'json')",
+            input.display()
+        ))
+        .await
+        .unwrap();
+    run_job(session, &format!("SET 'pipeline.name' = '{job}'; {insert}")).await;
+    file
 }
 
 /// Each dead letter of `namespace` as `<partition> <offset> <payload>`.
@@ -411,23 +427,16 @@ async fn places(session: &floe::Session, namespace: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_refused_after_decoding_keeps_its_records_place_and_bytes() {
     let dir = tempfile::tempdir().unwrap();
-    let (input, file) = json_lines(
+    let session = session(dir.path()).await;
+    let file = run_over_lines(
+        &session,
         dir.path(),
         "{\"order_id\": 1, \"n\": \"5\"}\n\n{\"order_id\": 2, \"n\": \"five\"}\n{\"order_id\": 3, \"n\": \"7\"}\n",
-    );
-    let session = session(dir.path()).await;
-    session
-        .sql(&format!(
-            "CREATE SOURCE files (order_id BIGINT, n STRING) WITH ('connector' = 'filesystem', \
-             'path' = '{}', 'format' = 'json')",
-            input.display()
-        ))
-        .await
-        .unwrap();
-    run_job(
-        &session,
-        "SET 'pipeline.name' = 'placed';
-         INSERT INTO lake.e.t SELECT order_id + CAST(n AS BIGINT) FROM files",
+        ("", "order_id BIGINT, n STRING"),
+        (
+            "placed",
+            "INSERT INTO lake.e.t SELECT order_id + CAST(n AS BIGINT) FROM files",
+        ),
     )
     .await;
     assert_eq!(
@@ -480,25 +489,20 @@ async fn a_routed_table_refusing_some_rows_takes_the_rest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_a_routed_table_refuses_keeps_its_records_place_and_bytes() {
     let dir = tempfile::tempdir().unwrap();
-    let (input, file) = json_lines(
+    let session = session(dir.path()).await;
+    let file = run_over_lines(
+        &session,
         dir.path(),
         "{\"order_id\": 1, \"v\": 5}\n{\"order_id\": 2, \"v\": null}\n{\"order_id\": 3, \"v\": 7}\n",
-    );
-    let session = session(dir.path()).await;
-    session
-        .sql(&format!(
-            "CREATE SCHEMA lake.rr; CREATE TABLE lake.rr.t (order_id BIGINT, v BIGINT NOT NULL);
-             CREATE SOURCE files (order_id BIGINT, v BIGINT) WITH ('connector' = 'filesystem', \
-             'path' = '{}', 'format' = 'json')",
-            input.display()
-        ))
-        .await
-        .unwrap();
-    run_job(
-        &session,
-        "SET 'pipeline.name' = 'routed-placed';
-         INSERT INTO lake.rr SELECT order_id, v FROM files ROUTE BY 't'
-         WITH ('schema.evolution' = 'off')",
+        (
+            "CREATE SCHEMA lake.rr; CREATE TABLE lake.rr.t (order_id BIGINT, v BIGINT NOT NULL);",
+            "order_id BIGINT, v BIGINT",
+        ),
+        (
+            "routed-placed",
+            "INSERT INTO lake.rr SELECT order_id, v FROM files ROUTE BY 't' \
+             WITH ('schema.evolution' = 'off')",
+        ),
     )
     .await;
     assert_eq!(
