@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::array::{RecordBatch, UInt32Array};
 use iceberg::TableIdent;
 use iceberg::table::Table;
 
@@ -103,18 +103,34 @@ pub struct Rejected {
 }
 
 /// Where the rows a sink is given came from: rows `start..` of batch `batch` of a poll's
-/// [`Origins`]. Given only when each row of the query's output is the input row at its place.
+/// [`Origins`], one for one, or through `inputs`, the query's map from each output row to
+/// the input row it came from.
 #[derive(Clone)]
 pub struct RowOrigins {
     pub origins: Arc<dyn Origins>,
     pub batch: usize,
     pub start: usize,
+    pub inputs: Option<UInt32Array>,
 }
 
 impl RowOrigins {
     /// The record row `row` of the rows given came from.
     pub fn origin(&self, row: usize) -> Option<Origin> {
-        self.origins.origin(self.batch, self.start + row)
+        let input = match &self.inputs {
+            Some(inputs) if row < inputs.len() => inputs.value(row) as usize,
+            Some(_) => return None,
+            None => row,
+        };
+        self.origins.origin(self.batch, self.start + input)
+    }
+
+    /// These origins (of rows `start..`, one for one), for the rows a query made of those
+    /// rows: output row `k` came from row `inputs[k]` of them.
+    pub fn through(self, inputs: UInt32Array) -> Self {
+        Self {
+            inputs: Some(inputs),
+            ..self
+        }
     }
 }
 

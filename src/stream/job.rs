@@ -24,7 +24,7 @@ use super::watermark::WatermarkTracker;
 use crate::checkpoint::resume::{mark_of, marks_in};
 use crate::checkpoint::{Mark, StateStore, TableMarks, commit_all, resume};
 use crate::connector::{Offsets, Origins, Poll, SourceReader};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::lake::Committer;
 use crate::sink::dead_letter::{self, DeadLetter, DeadLetters, letters_of, row_json};
 use crate::sink::route::{RouteOptions, RoutedSink};
@@ -32,7 +32,6 @@ use crate::sink::table::TableTarget;
 use crate::sink::table_sink::TableSink;
 use crate::sink::{Outcome, RowOrigins, Sink};
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::compute::concat_batches;
 
 /// Rows asked of a source per poll.
 const POLL_ROWS: usize = 32768;
@@ -110,7 +109,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 impl Job {
     /// Run until the sources end or `stop` turns true; the last step is always a checkpoint.
     ///
-    /// When a catalog, store or source fails, or memory runs out ([`Error::is_retryable`]),
+    /// When a catalog, store or source fails, or memory runs out ([`crate::error::Error::is_retryable`]),
     /// the job shows `retrying` with the error and starts again from its last checkpoint
     /// after a growing pause: recovery commits what a table lacks and resumes the sources, so
     /// a retry neither loses nor duplicates. Errors in the job itself (a bad plan) and
@@ -426,6 +425,7 @@ impl<'a> Runner<'a> {
                 origins: o.clone(),
                 batch: b,
                 start,
+                inputs: None,
             });
             match self.write_rows(source, part.clone(), rows).await {
                 Ok(()) => {}
@@ -460,29 +460,20 @@ impl<'a> Runner<'a> {
     }
 
     /// The query's output for `batch`, written as one batch (so that a bad row writes
-    /// nothing of the batch). `origins` go with the output when its rows are the input's,
-    /// row for row.
+    /// nothing of the batch). `origins` (of `batch`'s rows) go with the output, mapped to
+    /// its rows, when the query says which input row each output row came from.
     async fn write_rows(
         &mut self,
         source: &str,
         batch: RecordBatch,
         origins: Option<RowOrigins>,
     ) -> Result<()> {
-        let input_rows = batch.num_rows();
         let out = self.job.query.run(source, batch).await?;
-        let Some(first) = out.first() else {
-            return Ok(());
-        };
-        let out = concat_batches(&first.schema(), &out)
-            .map_err(|e| Error::Internal(format!("joining query output: {e}")))?;
-        if out.num_rows() == 0 {
+        if out.rows.num_rows() == 0 {
             return Ok(());
         }
-        let same_rows = out.num_rows() == input_rows && self.job.query.keeps_row_order();
-        let outcome = self
-            .data
-            .write(source, out, origins.filter(|_| same_rows))
-            .await?;
+        let origins = origins.zip(out.inputs).map(|(o, inputs)| o.through(inputs));
+        let outcome = self.data.write(source, out.rows, origins).await?;
         self.take(outcome).await
     }
 

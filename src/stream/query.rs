@@ -8,18 +8,21 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
-use datafusion::arrow::array::{RecordBatch, RecordBatchOptions, new_null_array};
+use datafusion::arrow::array::{RecordBatch, RecordBatchOptions, UInt32Array, new_null_array};
+use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use datafusion::catalog::TableProvider;
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::Column;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::datasource::provider_as_source;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::TaskContext;
 use datafusion::execution::session_state::SessionState;
-use datafusion::logical_expr::{LogicalPlan, TableScan};
+use datafusion::logical_expr::{Expr, LogicalPlan, Projection, TableScan};
 use datafusion::physical_plan::{ExecutionPlan, collect};
 
 use super::planner::{Planned, QueryPlanner, missing_column};
-use super::slot::{BatchSlot, SlotTable};
+use super::slot::{BatchSlot, INPUT_ROW, SlotTable};
 use super::source_table::SourceTable;
 use crate::connector::SourceRef;
 use crate::error::{Error, ErrorKind, Reject, Result};
@@ -36,9 +39,6 @@ pub struct ContinuousQuery {
     plans: Mutex<PlanCache>,
     /// The user's session as plans run in it (see [`executor`]).
     executor: SessionState,
-    /// Whether each output row is the input row at its place, when the counts match: no
-    /// operator makes rows of another row (`unnest`).
-    keeps_row_order: bool,
     task: Arc<TaskContext>,
 }
 
@@ -52,6 +52,8 @@ struct PlanCache {
 /// The plan for batches of one schema from one source.
 struct Plan {
     exec: std::result::Result<Arc<dyn ExecutionPlan>, String>,
+    /// Whether the plan's last column is each output row's input row ([`numbered`]).
+    numbered: bool,
     /// The source's schema as planned: the batch's, with NULL columns for names it lacks.
     input: SchemaRef,
 }
@@ -166,7 +168,6 @@ impl ContinuousQuery {
             plans: Mutex::default(),
             task: executor.task_ctx(),
             executor,
-            keeps_row_order: false,
         };
         let schemas = query
             .sources
@@ -175,10 +176,6 @@ impl ContinuousQuery {
             .collect();
         let (planned, _) = query.plan_logical(&schemas).await?;
         check_row_wise(rows_of(&planned.plan))?;
-        query.keeps_row_order = !planned
-            .plan
-            .exists(|n| Ok(matches!(n, LogicalPlan::Unnest(_))))
-            .unwrap_or(true);
         query.sources.retain(|n, _| planned.sources.contains(n));
         if query.sources.is_empty() {
             return Err(Error::Plan(
@@ -253,21 +250,29 @@ impl ContinuousQuery {
         let plan = Arc::new(match self.plan_logical(&schemas).await {
             Ok((planned, inputs)) => {
                 let rows = rows_of(&planned.plan);
-                let exec = match check_row_wise(rows) {
+                // A plan whose rows cannot be numbered (a column of the same name) runs
+                // as written: its rows' records are then unknown.
+                let (rows, numbered) = match numbered(rows.clone()) {
+                    Ok(plan) => (plan, true),
+                    Err(_) => (rows.clone(), false),
+                };
+                let exec = match check_row_wise(&rows) {
                     Ok(()) => self
                         .executor
-                        .create_physical_plan(rows)
+                        .create_physical_plan(&rows)
                         .await
                         .map_err(|e| Error::from(e).to_string()),
                     Err(e) => Err(e.to_string()),
                 };
                 Plan {
                     exec,
+                    numbered,
                     input: inputs[source].clone(),
                 }
             }
             Err(e) if matches!(e.kind(), ErrorKind::User | ErrorKind::Record) => Plan {
                 exec: Err(e.to_string()),
+                numbered: false,
                 input: schema.clone(),
             },
             Err(e) => return Err(e),
@@ -289,20 +294,15 @@ impl ContinuousQuery {
         &self.executor
     }
 
-    /// Whether an output of as many rows as its input is the input row for row (see
-    /// `keeps_row_order`): a rejected row's record is then the input row at its place.
-    pub fn keeps_row_order(&self) -> bool {
-        self.keeps_row_order
-    }
-
     /// The sources the query reads, by name.
     pub fn sources(&self) -> impl Iterator<Item = &SourceRef> {
         self.sources.values().map(|(d, _)| d)
     }
 
-    /// Run the query on `batch` from source `source`. A batch of a schema the query cannot
-    /// be planned for fails with why (its records are dead-lettered).
-    pub async fn run(&self, source: &str, batch: RecordBatch) -> Result<Vec<RecordBatch>> {
+    /// Run the query on `batch` from source `source`: its rows, as one batch, and which
+    /// row of `batch` each came from when known. A batch of a schema the query cannot be
+    /// planned for fails with why (its records are dead-lettered).
+    pub async fn run(&self, source: &str, batch: RecordBatch) -> Result<Output> {
         let (_, slot) = self
             .sources
             .get(source)
@@ -319,10 +319,92 @@ impl ContinuousQuery {
             batch
         };
         slot.set(batch);
+        let schema = exec.schema();
         let out = collect(exec, self.task.clone()).await;
         slot.clear();
-        out.map_err(Error::from_execution)
+        let out = out.map_err(Error::from_execution)?;
+        let joined = concat_batches(&schema, &out)
+            .map_err(|e| Error::Internal(format!("joining query output: {e}")))?;
+        if !plan.numbered {
+            return Ok(Output {
+                rows: joined,
+                inputs: None,
+            });
+        }
+        let last = joined.num_columns() - 1;
+        let inputs = joined
+            .column(last)
+            .as_any()
+            .downcast_ref::<UInt32Array>()
+            .cloned()
+            .ok_or_else(|| Error::Internal("the input-row column is not UInt32".to_string()))?;
+        Ok(Output {
+            rows: joined
+                .project(&(0..last).collect::<Vec<_>>())
+                .map_err(|e| Error::Internal(format!("dropping the input-row column: {e}")))?,
+            inputs: Some(inputs),
+        })
     }
+}
+
+/// What a query made of one batch.
+pub struct Output {
+    pub rows: RecordBatch,
+    /// For each of `rows`, the row of the input batch it came from, when known.
+    pub inputs: Option<UInt32Array>,
+}
+
+/// `plan` (row-wise, see [`check_row_wise`]) with one more column after each node's own,
+/// [`INPUT_ROW`]: the row of the source batch each row comes from. Every source is read
+/// numbered and every projection passes the column on.
+fn numbered(plan: LogicalPlan) -> Result<LogicalPlan> {
+    let out = plan.transform_up(|node| {
+        let node = match node {
+            LogicalPlan::TableScan(scan) => {
+                let Some(table) = datafusion::datasource::source_as_provider(&scan.source)
+                    .ok()
+                    .and_then(|p| {
+                        p.as_any()
+                            .downcast_ref::<SlotTable>()
+                            .map(SlotTable::numbered)
+                    })
+                else {
+                    return Ok(Transformed::no(LogicalPlan::TableScan(scan)));
+                };
+                let width = table.schema().fields().len() - 1;
+                let projection = scan.projection.map(|mut p| {
+                    p.push(width);
+                    p
+                });
+                LogicalPlan::TableScan(TableScan::try_new(
+                    scan.table_name,
+                    provider_as_source(Arc::new(table)),
+                    projection,
+                    scan.filters,
+                    scan.fetch,
+                )?)
+            }
+            LogicalPlan::Projection(Projection {
+                mut expr, input, ..
+            }) => {
+                let schema = input.schema();
+                let (qualifier, field) = schema.qualified_field(schema.fields().len() - 1);
+                expr.push(Expr::Column(Column::from((qualifier, field))));
+                LogicalPlan::Projection(Projection::try_new(expr, input)?)
+            }
+            other => other.recompute_schema()?,
+        };
+        Ok(Transformed::yes(node))
+    })?;
+    let plan = out.data;
+    let schema = plan.schema();
+    let last = schema.fields().last().map(|f| f.name().as_str());
+    if last != Some(INPUT_ROW) {
+        return Err(Error::Internal(
+            "the query's rows could not be numbered".to_string(),
+        ));
+    }
+    Ok(plan)
 }
 
 /// Where continuous plans are planned and run: the user's session `state` (its settings,

@@ -3,14 +3,17 @@
 //! A continuous query is planned once, with each source replaced by a [`SlotTable`]. To run
 //! the query on a batch, the batch is put in its source's [`BatchSlot`] and the cached
 //! physical plan is executed again; the [`SlotExec`] leaf hands out whatever the slot holds.
+//!
+//! A [`SlotTable::numbered`] table has one more column, [`INPUT_ROW`], each row's place in
+//! the batch: carried through a row-wise plan, it says which record each output row came from.
 
 use std::any::Any;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt32Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::Session;
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::{DataFusionError, Result as DFResult};
@@ -47,16 +50,39 @@ impl BatchSlot {
     }
 }
 
+/// The name of a numbered slot table's last column: each row's place in its batch.
+pub const INPUT_ROW: &str = "__floe_input_row";
+
 /// A source as seen by the planner of a continuous query.
 #[derive(Debug)]
 pub struct SlotTable {
     schema: SchemaRef,
     slot: Arc<BatchSlot>,
+    /// Whether the last column of `schema` is [`INPUT_ROW`], added to each batch.
+    numbered: bool,
 }
 
 impl SlotTable {
     pub fn new(schema: SchemaRef, slot: Arc<BatchSlot>) -> Self {
-        Self { schema, slot }
+        Self {
+            schema,
+            slot,
+            numbered: false,
+        }
+    }
+
+    /// This table with an [`INPUT_ROW`] column after its own.
+    pub fn numbered(&self) -> Self {
+        let mut fields: Vec<_> = self.schema.fields().iter().cloned().collect();
+        fields.push(Arc::new(Field::new(INPUT_ROW, DataType::UInt32, false)));
+        Self {
+            schema: Arc::new(Schema::new_with_metadata(
+                fields,
+                self.schema.metadata().clone(),
+            )),
+            slot: self.slot.clone(),
+            numbered: true,
+        }
     }
 }
 
@@ -93,6 +119,7 @@ impl TableProvider for SlotTable {
         ));
         Ok(Arc::new(SlotExec {
             slot: self.slot.clone(),
+            numbered: self.numbered.then(|| self.schema.clone()),
             projection: projection.cloned(),
             schema,
             properties,
@@ -104,6 +131,8 @@ impl TableProvider for SlotTable {
 #[derive(Debug)]
 pub struct SlotExec {
     slot: Arc<BatchSlot>,
+    /// The table's schema when its batches get an [`INPUT_ROW`] column.
+    numbered: Option<SchemaRef>,
     projection: Option<Vec<usize>>,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
@@ -154,9 +183,13 @@ impl ExecutionPlan for SlotExec {
             .slot
             .get()
             .into_iter()
-            .map(|b| match &self.projection {
-                Some(p) => b.project(p).map_err(DataFusionError::from),
+            .map(|b| match &self.numbered {
+                Some(schema) => with_row_numbers(schema, b),
                 None => Ok(b),
+            })
+            .map(|b| match &self.projection {
+                Some(p) => b?.project(p).map_err(DataFusionError::from),
+                None => b,
             })
             .collect::<DFResult<Vec<_>>>()?;
         Ok(Box::pin(MemoryStream::try_new(
@@ -165,4 +198,13 @@ impl ExecutionPlan for SlotExec {
             None,
         )?))
     }
+}
+
+/// `batch` with its rows' places (an [`INPUT_ROW`] column) after its columns, as `schema`.
+fn with_row_numbers(schema: &SchemaRef, batch: RecordBatch) -> DFResult<RecordBatch> {
+    let rows = u32::try_from(batch.num_rows())
+        .map_err(|_| DataFusionError::Internal("a batch of over 2^32 rows".to_string()))?;
+    let mut columns = batch.columns().to_vec();
+    columns.push(Arc::new(UInt32Array::from_iter_values(0..rows)) as ArrayRef);
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
