@@ -109,10 +109,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 impl Job {
     /// Run until the sources end or `stop` turns true; the last step is always a checkpoint.
     ///
-    /// When a catalog, store or source fails, or memory runs out ([`crate::error::Error::is_retryable`]),
-    /// the job shows `retrying` with the error and starts again from its last checkpoint
-    /// after a growing pause: recovery commits what a table lacks and resumes the sources, so
-    /// a retry neither loses nor duplicates. Errors in the job itself (a bad plan) and
+    /// When a catalog, store or source fails, or memory runs out
+    /// ([`crate::error::Error::is_retryable`]), the job shows `retrying` with the error and
+    /// starts again from its last checkpoint after a growing pause: recovery commits what a
+    /// table lacks and resumes the sources, so a retry neither loses nor duplicates. Errors in the job itself (a bad plan) and
     /// failures that say a retry cannot help end it as `failed`.
     ///
     /// A job runs only while it holds its state folder's lock ([`StateStore::lock`]): a
