@@ -5,67 +5,22 @@
 //! floe plans the files with iceberg-rust and reads each one itself: the Parquet file as
 //! Arrow, its columns matched to the table's by name, nested fields too, with NULL for what
 //! the file predates (the same conversion the sink uses to write). Tables with delete files
-//! are left to iceberg-rust.
+//! are left to iceberg-rust. The reading itself is `lake::read`'s, which compaction shares.
 
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use futures::{StreamExt, TryStreamExt};
-use iceberg::spec::{NestedFieldRef, Schema, TableMetadata, Type};
+use iceberg::spec::Schema;
 use iceberg::table::Table;
 
 use crate::error::Error;
-use crate::schema::conform;
-
-/// Whether a struct, list or map column of the current schema has nested fields that an
-/// older schema of the table lacked (so older files may lack them).
-pub fn nested_fields_grew(md: &TableMetadata) -> bool {
-    let current = md.current_schema();
-    md.schemas_iter()
-        .filter(|s| s.schema_id() != current.schema_id())
-        .any(|old| {
-            current.as_struct().fields().iter().any(|f| {
-                old.field_by_id(f.id).is_some()
-                    && nested_ids(f)
-                        .iter()
-                        .any(|id| old.field_by_id(*id).is_none())
-            })
-        })
-}
-
-fn nested_ids(field: &NestedFieldRef) -> Vec<i32> {
-    let mut out = Vec::new();
-    collect(&field.field_type, &mut out);
-    out
-}
-
-fn collect(ty: &Type, out: &mut Vec<i32>) {
-    match ty {
-        Type::Primitive(_) => {}
-        Type::Struct(s) => {
-            for f in s.fields() {
-                out.push(f.id);
-                collect(&f.field_type, out);
-            }
-        }
-        Type::List(l) => {
-            out.push(l.element_field.id);
-            collect(&l.element_field.field_type, out);
-        }
-        Type::Map(m) => {
-            for f in [&m.key_field, &m.value_field] {
-                out.push(f.id);
-                collect(&f.field_type, out);
-            }
-        }
-    }
-}
+use crate::lake::read;
 
 /// A scan of the table's current snapshot, file by file; `None` when the table has delete
 /// files (iceberg-rust's reader applies them).
@@ -125,20 +80,11 @@ impl PartitionStream for Files {
                     let fail = |e: String| {
                         DataFusionError::External(format!("reading {path}: {e}").into())
                     };
-                    let bytes = io
-                        .new_input(&path)
-                        .map_err(|e| fail(e.to_string()))?
-                        .read()
-                        .await
-                        .map_err(|e| fail(e.to_string()))?;
-                    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-                        .and_then(|b| b.build())
-                        .map_err(|e| fail(e.to_string()))?;
                     let mut out = Vec::new();
-                    for batch in reader {
-                        let batch = batch.map_err(|e| fail(e.to_string()))?;
-                        let conformed =
-                            conform(&iceberg, &batch).map_err(|e| fail(e.to_string()))?;
+                    for conformed in read::conformed(&io, &iceberg, &path)
+                        .await
+                        .map_err(|e| fail(e.to_string()))?
+                    {
                         // The table's Arrow schema as the provider states it.
                         out.push(
                             conformed

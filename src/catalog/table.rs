@@ -41,7 +41,7 @@ impl LakeTable {
     /// Wrap a freshly loaded table.
     pub async fn try_new(table: Table, catalog: Arc<dyn Catalog>) -> Result<Self, Error> {
         let reader = IcebergStaticTableProvider::try_new_from_table(table.clone()).await?;
-        let nested_grew = evolved_scan::nested_fields_grew(table.metadata());
+        let nested_grew = crate::lake::read::nested_fields_grew(table.metadata());
         Ok(Self {
             table,
             catalog,

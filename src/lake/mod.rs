@@ -1,11 +1,13 @@
 //! The lake: Iceberg plumbing with no SQL engine above it. Opening catalogs, local
-//! storage, writing data files, and the commit paths that turn files into snapshots.
+//! storage, writing and reading data files, the commit paths that turn files into snapshots,
+//! and the maintenance that keeps tables healthy.
 //!
 //! Uses only `error` and `schema`; `checkpoint`, `sink` and everything above build on it.
 
 pub mod commit;
 pub mod connect;
 pub mod dead_letter;
+pub mod read;
 pub mod runtime;
 pub mod storage;
 pub mod writer;

@@ -15,9 +15,8 @@ use std::collections::HashMap;
 
 use iceberg::TableUpdate;
 use iceberg::spec::{
-    DataFile, DataFileFormat, FormatVersion, MAIN_BRANCH, ManifestListWriter,
-    ManifestWriterBuilder, Operation, Schema, Snapshot, SnapshotReference, SnapshotRetention,
-    SnapshotSummaryCollector, Summary, TableMetadata, UnboundPartitionSpec,
+    DataFile, FormatVersion, Operation, Schema, SnapshotSummaryCollector, Summary, TableMetadata,
+    UnboundPartitionSpec,
 };
 use iceberg::table::Table;
 
@@ -106,37 +105,7 @@ fn summary(
     }
     let mut props = extra;
     props.extend(collector.build());
-    let previous = base
-        .current_snapshot()
-        .map(|s| s.summary().additional_properties.clone())
-        .unwrap_or_default();
-    let prev = |k: &str| {
-        previous
-            .get(k)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    let added = |k: &str, props: &HashMap<String, String>| {
-        props
-            .get(k)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    for (total, add) in [
-        ("total-records", "added-records"),
-        ("total-data-files", "added-data-files"),
-        ("total-files-size", "added-files-size"),
-    ] {
-        let v = prev(total) + added(add, &props);
-        props.insert(total.to_string(), v.to_string());
-    }
-    for total in [
-        "total-delete-files",
-        "total-position-deletes",
-        "total-equality-deletes",
-    ] {
-        props.insert(total.to_string(), prev(total).to_string());
-    }
+    super::snapshot::add_totals(base, &mut props);
     Summary {
         operation: Operation::Append,
         additional_properties: props,
@@ -165,36 +134,17 @@ pub async fn prepare(base: &Table, append: EvolvingAppend) -> Result<Prepared> {
     }
     let updates = schema_updates(append.schema, append.spec);
     let staged = apply(base, updates.clone())?;
-    let snapshot_id = loop {
-        let (a, b) = uuid::Uuid::new_v4().as_u64_pair();
-        let id = ((a ^ b) >> 1) as i64;
-        if md.snapshot_by_id(id).is_none() {
-            break id;
-        }
-    };
+    let snapshot_id = super::snapshot::new_id(md);
     let commit_id = uuid::Uuid::new_v4();
     let io = base.file_io();
-    let meta_dir = format!("{}/metadata", md.location());
     let summary = summary(&staged, md, &append.files, append.summary);
     let mut written = Vec::new();
     for (n, (spec_id, files)) in append.files.into_iter().enumerate() {
         if files.is_empty() {
             continue;
         }
-        let spec = staged.partition_spec_by_id(spec_id).ok_or_else(|| {
-            Error::Internal(format!(
-                "table {} has no partition spec {spec_id}",
-                base.identifier()
-            ))
-        })?;
-        let path = format!("{meta_dir}/{commit_id}-m{n}.{}", DataFileFormat::Avro);
-        let mut writer = ManifestWriterBuilder::new(
-            io.new_output(&path)?,
-            Some(snapshot_id),
-            staged.current_schema().clone(),
-            spec.as_ref().clone(),
-        )
-        .build_v2_data();
+        let mut writer =
+            super::snapshot::manifest_writer(&staged, io, (snapshot_id, commit_id), n, spec_id)?;
         for f in files {
             // A negative sequence number: the entry inherits the snapshot's (format v2+).
             writer.add_file(f, -1)?;
@@ -207,39 +157,24 @@ pub async fn prepare(base: &Table, append: EvolvingAppend) -> Result<Prepared> {
         manifests.extend(list.entries().iter().cloned());
     }
     manifests.extend(written);
-    let sequence_number = md.next_sequence_number();
-    let list_path = format!(
-        "{meta_dir}/snap-{snapshot_id}-0-{commit_id}.{}",
-        DataFileFormat::Avro
-    );
-    let mut list = ManifestListWriter::v2(
-        io.new_output(&list_path)?.writer().await?,
-        snapshot_id,
-        md.current_snapshot_id(),
-        sequence_number,
-    );
-    list.add_manifests(manifests.into_iter())?;
-    list.close().await?;
-    let snapshot = Snapshot::builder()
-        .with_snapshot_id(snapshot_id)
-        .with_parent_snapshot_id(md.current_snapshot_id())
-        .with_sequence_number(sequence_number)
-        .with_timestamp_ms(chrono::Utc::now().timestamp_millis())
-        .with_manifest_list(list_path)
-        .with_summary(summary)
-        .with_schema_id(staged.current_schema_id())
-        .build();
+    let snapshot = super::snapshot::write(
+        base,
+        super::snapshot::NewSnapshot {
+            id: snapshot_id,
+            commit_id,
+            manifests,
+            summary,
+            schema_id: staged.current_schema_id(),
+        },
+    )
+    .await?;
     let mut all = updates;
     if !append.properties.is_empty() {
         all.push(TableUpdate::SetProperties {
             updates: append.properties,
         });
     }
-    all.push(TableUpdate::AddSnapshot { snapshot });
-    all.push(TableUpdate::SetSnapshotRef {
-        ref_name: MAIN_BRANCH.to_string(),
-        reference: SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
-    });
+    all.extend(super::snapshot::updates(snapshot));
     let metadata = apply(base, all.clone())?;
     Ok(Prepared {
         updates: all,

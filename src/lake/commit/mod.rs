@@ -16,6 +16,7 @@
 pub mod append;
 pub mod evolving;
 pub mod rest;
+pub mod snapshot;
 pub mod sql;
 
 pub use append::{append, without_retries};

@@ -1,0 +1,146 @@
+//! The part of every snapshot floe builds itself (evolving appends, rewrites): a fresh id,
+//! the manifest list naming its manifests, and the updates that make it `main`.
+
+use std::collections::HashMap;
+
+use iceberg::TableUpdate;
+use iceberg::io::FileIO;
+use iceberg::spec::{
+    DataFileFormat, MAIN_BRANCH, ManifestFile, ManifestListWriter, ManifestWriter,
+    ManifestWriterBuilder, Snapshot, SnapshotReference, SnapshotRetention, Summary, TableMetadata,
+};
+use iceberg::table::Table;
+
+use crate::error::{Error, Result};
+
+/// A snapshot id no snapshot of `md` has.
+pub fn new_id(md: &TableMetadata) -> i64 {
+    loop {
+        let (a, b) = uuid::Uuid::new_v4().as_u64_pair();
+        let id = ((a ^ b) >> 1) as i64;
+        if md.snapshot_by_id(id).is_none() {
+            return id;
+        }
+    }
+}
+
+/// What a snapshot following the table's current one holds.
+pub struct NewSnapshot {
+    pub id: i64,
+    /// Names this commit's files (manifests and the list) apart from others'.
+    pub commit_id: uuid::Uuid,
+    pub manifests: Vec<ManifestFile>,
+    pub summary: Summary,
+    pub schema_id: i32,
+}
+
+/// Where a commit's manifests go: `<table>/metadata/<commit>-m<n>.avro`.
+pub fn manifest_path(md: &TableMetadata, commit_id: uuid::Uuid, n: usize) -> String {
+    format!(
+        "{}/metadata/{commit_id}-m{n}.{}",
+        md.location(),
+        DataFileFormat::Avro
+    )
+}
+
+/// A writer of data manifest `n` of commit `commit_id` (snapshot `id`) of a table whose
+/// metadata is `md` (the schema is its current one), for files of partition spec `spec_id`.
+pub fn manifest_writer(
+    md: &TableMetadata,
+    io: &FileIO,
+    (id, commit_id): (i64, uuid::Uuid),
+    n: usize,
+    spec_id: i32,
+) -> Result<ManifestWriter> {
+    let spec = md.partition_spec_by_id(spec_id).ok_or_else(|| {
+        Error::Internal(format!(
+            "table {} has no partition spec {spec_id}",
+            md.location()
+        ))
+    })?;
+    Ok(ManifestWriterBuilder::new(
+        io.new_output(manifest_path(md, commit_id, n))?,
+        Some(id),
+        md.current_schema().clone(),
+        spec.as_ref().clone(),
+    )
+    .build_v2_data())
+}
+
+/// Write the manifest list of `new` and return the snapshot naming it (committing nothing).
+pub async fn write(base: &Table, new: NewSnapshot) -> Result<Snapshot> {
+    let md = base.metadata();
+    let sequence_number = md.next_sequence_number();
+    let list_path = format!(
+        "{}/metadata/snap-{}-0-{}.{}",
+        md.location(),
+        new.id,
+        new.commit_id,
+        DataFileFormat::Avro
+    );
+    let mut list = ManifestListWriter::v2(
+        base.file_io().new_output(&list_path)?.writer().await?,
+        new.id,
+        md.current_snapshot_id(),
+        sequence_number,
+    );
+    list.add_manifests(new.manifests.into_iter())?;
+    list.close().await?;
+    Ok(Snapshot::builder()
+        .with_snapshot_id(new.id)
+        .with_parent_snapshot_id(md.current_snapshot_id())
+        .with_sequence_number(sequence_number)
+        .with_timestamp_ms(chrono::Utc::now().timestamp_millis())
+        .with_manifest_list(list_path)
+        .with_summary(new.summary)
+        .with_schema_id(new.schema_id)
+        .build())
+}
+
+/// The updates adding `snapshot` and making it the head of `main`.
+pub fn updates(snapshot: Snapshot) -> [TableUpdate; 2] {
+    let id = snapshot.snapshot_id();
+    [
+        TableUpdate::AddSnapshot { snapshot },
+        TableUpdate::SetSnapshotRef {
+            ref_name: MAIN_BRANCH.to_string(),
+            reference: SnapshotReference::new(id, SnapshotRetention::branch(None, None, None)),
+        },
+    ]
+}
+
+/// Iceberg's `total-*` summary keys for a snapshot after `base`'s current one whose summary
+/// `props` holds the `added-*` / `deleted-*` / `removed-*` counts of what it changed.
+pub fn add_totals(base: &TableMetadata, props: &mut HashMap<String, String>) {
+    let previous = base
+        .current_snapshot()
+        .map(|s| s.summary().additional_properties.clone())
+        .unwrap_or_default();
+    let number = |map: &HashMap<String, String>, k: &str| {
+        map.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+    };
+    for (total, added, removed) in [
+        ("total-records", "added-records", "deleted-records"),
+        ("total-data-files", "added-data-files", "deleted-data-files"),
+        ("total-files-size", "added-files-size", "removed-files-size"),
+        (
+            "total-delete-files",
+            "added-delete-files",
+            "removed-delete-files",
+        ),
+        (
+            "total-position-deletes",
+            "added-position-deletes",
+            "removed-position-deletes",
+        ),
+        (
+            "total-equality-deletes",
+            "added-equality-deletes",
+            "removed-equality-deletes",
+        ),
+    ] {
+        let v = (number(&previous, total) + number(props, added))
+            .saturating_sub(number(props, removed));
+        props.insert(total.to_string(), v.to_string());
+    }
+}
