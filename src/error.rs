@@ -100,6 +100,10 @@ pub enum Error {
     /// The statement was cancelled by the user.
     #[error("cancelled")]
     Cancelled,
+    /// Another writer's commit removed what this commit read (a rewrite's input files):
+    /// the same work cannot be committed, so it is given up, not retried.
+    #[error("{0}")]
+    Conflict(String),
     /// Reading or writing a local file failed.
     #[error("{context}: {source}")]
     Io {
@@ -149,6 +153,7 @@ impl Error {
             | Error::NotFound(_)
             | Error::AlreadyExists(_)
             | Error::Unsupported(_)
+            | Error::Conflict(_)
             | Error::Cancelled => ErrorKind::User,
             Error::Record(_) => ErrorKind::Record,
             Error::Io { .. } | Error::Source(_) | Error::Catalog { .. } | Error::Restart(_) => {

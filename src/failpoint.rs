@@ -4,6 +4,8 @@
 //! ```text
 //! FLOE_FAILPOINT=<step>        SIGKILL the process the first time it reaches <step>
 //! FLOE_FAILPOINT=<step>:<n>    ... the n-th time
+//! FLOE_PAUSE=<step>:<ms>       wait <ms> milliseconds each time it reaches <step>, saying so
+//!                              on stderr (for tests that race another writer against it)
 //! ```
 //!
 //! The steps are the constants below. The variable is read once; unset (always, outside
@@ -21,11 +23,15 @@ pub const AFTER_COMMITS: &str = "after-commits";
 /// Halfway through writing a table metadata file (the file is left torn).
 pub const IN_METADATA_WRITE: &str = "in-metadata-write";
 
-const STEPS: [&str; 4] = [
+/// Before a maintenance action (compaction, expiry, manifest rewrite) commits.
+pub const MAINTENANCE_COMMIT: &str = "maintenance-commit";
+
+const STEPS: [&str; 5] = [
     AFTER_RECORD,
     BETWEEN_COMMITS,
     AFTER_COMMITS,
     IN_METADATA_WRITE,
+    MAINTENANCE_COMMIT,
 ];
 
 /// The armed step and on which visit it fires.
@@ -78,5 +84,21 @@ pub fn crash() -> ! {
 pub fn reach(step: &str) {
     if fires(step) {
         crash();
+    }
+}
+
+/// Wait here if `FLOE_PAUSE` names `step` (see the module doc).
+pub async fn pause(step: &str) {
+    static PAUSE: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    let armed = PAUSE.get_or_init(|| {
+        let value = std::env::var("FLOE_PAUSE").ok()?;
+        let (name, ms) = value.split_once(':')?;
+        Some((name.trim().to_string(), ms.trim().parse().ok()?))
+    });
+    if let Some((name, ms)) = armed
+        && name == step
+    {
+        eprintln!("floe: paused at {step} for {ms} ms");
+        tokio::time::sleep(std::time::Duration::from_millis(*ms)).await;
     }
 }

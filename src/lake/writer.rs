@@ -146,7 +146,13 @@ impl TableWriter {
     /// group being written are held encoded, with encoders and compression contexts per
     /// column).
     pub fn try_new(table: &Table) -> Result<Self> {
-        Self::build(table, false)
+        Self::build(table, false, None)
+    }
+
+    /// A writer as [`TableWriter::try_new`]'s whose files roll over at about `bytes`
+    /// instead of the table's `write.target-file-size-bytes` (compaction's target).
+    pub fn with_target_file_size(table: &Table, bytes: u64) -> Result<Self> {
+        Self::build(table, false, Some(bytes))
     }
 
     /// A writer that writes each batch it is given as a row group of its own: between
@@ -154,10 +160,10 @@ impl TableWriter {
     /// (about a MiB per table whatever its rows). For callers that gather rows and choose
     /// the row groups' sizes themselves, as routed sinks writing many tables do.
     pub fn row_group_per_write(table: &Table) -> Result<Self> {
-        Self::build(table, true)
+        Self::build(table, true, None)
     }
 
-    fn build(table: &Table, row_group_per_write: bool) -> Result<Self> {
+    fn build(table: &Table, row_group_per_write: bool, target: Option<u64>) -> Result<Self> {
         let metadata = table.metadata();
         let props = metadata.table_properties()?;
         let format = DataFileFormat::from_str(&props.write_format_default)?;
@@ -181,7 +187,7 @@ impl TableWriter {
         let parquet = ParquetWriterBuilder::new(properties, iceberg_schema.clone());
         let rolling = RollingFileWriterBuilder::new(
             parquet,
-            props.write_target_file_size_bytes,
+            target.map_or(props.write_target_file_size_bytes, |t| t as usize),
             table.file_io().clone(),
             EscapedLocationGenerator::new(table)?,
             DefaultFileNameGenerator::new(uuid_like_prefix(), None, DataFileFormat::Parquet),

@@ -15,6 +15,7 @@
 
 pub mod append;
 pub mod evolving;
+pub mod replace;
 pub mod rest;
 pub mod snapshot;
 pub mod sql;

@@ -1,0 +1,274 @@
+//! Compaction (`rewrite_data_files`): small files of a partition bin-packed into files near
+//! a target size, files of older partition specs rewritten into the current one, the
+//! deletes that apply to the files read folded in.
+//!
+//! ```text
+//! plan the current snapshot's files (optionally those a filter may match)
+//! -> candidates: files under 3/4 of the target, files of an older spec, files with deletes
+//! -> groups by (spec, partition) worth rewriting: at least `min_input_files` files, more
+//!    than a target's worth, or any old-spec file or file with deletes
+//! -> bins of about the target size -> read (deletes applied) -> write (current spec)
+//! -> one replace commit of every bin, prepared on the table as it is (lake::commit::replace)
+//! ```
+//!
+//! Nothing is visible until the commit; when it is given up, the files written are deleted.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use futures::TryStreamExt;
+use iceberg::expr::Predicate;
+use iceberg::scan::FileScanTask;
+use iceberg::spec::{DataFile, FormatVersion, Struct};
+use iceberg::table::Table;
+
+use super::Maintained;
+use crate::error::{Error, Result};
+use crate::lake::TableWriter;
+use crate::lake::commit::replace::{Rewrite, conflict, live_data_entries, prepare_rewrite};
+use crate::lake::read;
+
+/// What to compact.
+#[derive(Debug, Clone)]
+pub struct CompactOptions {
+    /// The size files are packed to (`None`: the table's `write.target-file-size-bytes`).
+    pub target_file_size: Option<u64>,
+    /// A partition's small files are rewritten once there are this many.
+    pub min_input_files: usize,
+    /// Only files that may hold rows matching this are considered.
+    pub filter: Option<Predicate>,
+}
+
+impl Default for CompactOptions {
+    fn default() -> Self {
+        Self {
+            target_file_size: None,
+            min_input_files: 5,
+            filter: None,
+        }
+    }
+}
+
+/// What a compaction did.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Compacted {
+    pub rewritten_files: u64,
+    pub rewritten_bytes: u64,
+    pub added_files: u64,
+    pub added_bytes: u64,
+    /// The partitions (of the spec each file was written with) rewritten.
+    pub groups: u64,
+    /// The snapshot committed, if anything was.
+    pub snapshot_id: Option<i64>,
+}
+
+/// One file considered, as its manifest entry and scan task describe it.
+struct Candidate {
+    task: FileScanTask,
+    size: u64,
+    spec_id: i32,
+    partition: Struct,
+}
+
+/// Compact `table` (see the module doc).
+pub async fn rewrite_data_files(table: &Maintained, options: &CompactOptions) -> Result<Compacted> {
+    let base = table.load().await?;
+    let md = base.metadata();
+    let Some(snapshot) = md.current_snapshot() else {
+        return Ok(Compacted::default());
+    };
+    if md.format_version() == FormatVersion::V1 {
+        return Err(Error::Unsupported(format!(
+            "compacting format-version 1 table {}",
+            table.ident
+        )));
+    }
+    let target = match options.target_file_size {
+        Some(t) => t,
+        None => md.table_properties()?.write_target_file_size_bytes as u64,
+    };
+    let bins = plan(&base, target, options).await?;
+    if bins.is_empty() {
+        return Ok(Compacted::default());
+    }
+    let mut done = Compacted {
+        groups: bins.iter().map(|(g, _)| *g).collect::<HashSet<_>>().len() as u64,
+        ..Compacted::default()
+    };
+    let mut rewrite = Rewrite {
+        sequence_number: snapshot.sequence_number(),
+        ..Rewrite::default()
+    };
+    let read_snapshot = snapshot.snapshot_id();
+    for (_, bin) in bins {
+        done.rewritten_files += bin.len() as u64;
+        done.rewritten_bytes += bin.iter().map(|c| c.size).sum::<u64>();
+        rewrite
+            .removed
+            .extend(bin.iter().map(|c| c.task.data_file_path.clone()));
+        let written = rewrite_bin(&base, target, bin).await;
+        match written {
+            Ok(files) => rewrite.added.extend(files),
+            Err(e) => {
+                discard(&base, &rewrite.added).await;
+                return Err(e);
+            }
+        }
+    }
+    done.added_files = rewrite.added.len() as u64;
+    done.added_bytes = rewrite.added.iter().map(|f| f.file_size_in_bytes()).sum();
+    let committed = table
+        .commit(|current| {
+            let rewrite = &rewrite;
+            async move {
+                deletes_since(&current, read_snapshot)?;
+                Ok(Some((prepare_rewrite(&current, rewrite).await?, ())))
+            }
+        })
+        .await;
+    match committed {
+        Ok(Some((table, ()))) => {
+            done.snapshot_id = table.metadata().current_snapshot_id();
+            Ok(done)
+        }
+        Ok(None) => Ok(Compacted::default()),
+        Err(e) => {
+            discard(&base, &rewrite.added).await;
+            Err(e)
+        }
+    }
+}
+
+/// The bins to rewrite, each with the index of the group (spec and partition) it is of.
+async fn plan(
+    base: &Table,
+    target: u64,
+    options: &CompactOptions,
+) -> Result<Vec<(usize, Vec<Candidate>)>> {
+    let md = base.metadata();
+    let default_spec = md.default_partition_spec_id();
+    let mut scan = base.scan().select_all();
+    if let Some(filter) = &options.filter {
+        scan = scan.with_filter(filter.clone());
+    }
+    let tasks: Vec<FileScanTask> = scan.build()?.plan_files().await?.try_collect().await?;
+    let (data, _) = live_data_entries(base).await?;
+    let entries: HashMap<String, (i32, DataFile)> = data
+        .into_iter()
+        .flat_map(|(file, entries)| {
+            entries.into_iter().map(move |e| {
+                (
+                    e.file_path().to_string(),
+                    (file.partition_spec_id, e.data_file),
+                )
+            })
+        })
+        .collect();
+    let small = target / 4 * 3;
+    let mut groups: BTreeMap<(i32, String), Vec<Candidate>> = BTreeMap::new();
+    let mut seen = HashSet::new();
+    for task in tasks {
+        if !seen.insert(task.data_file_path.clone()) {
+            continue;
+        }
+        let Some((spec_id, file)) = entries.get(&task.data_file_path) else {
+            continue;
+        };
+        let size = file.file_size_in_bytes();
+        if size >= small && *spec_id == default_spec && task.deletes.is_empty() {
+            continue;
+        }
+        groups
+            .entry((*spec_id, format!("{:?}", file.partition())))
+            .or_default()
+            .push(Candidate {
+                task,
+                size,
+                spec_id: *spec_id,
+                partition: file.partition().clone(),
+            });
+    }
+    let mut bins = Vec::new();
+    for (g, (_, mut files)) in groups.into_iter().enumerate() {
+        let total: u64 = files.iter().map(|c| c.size).sum();
+        let must = files
+            .iter()
+            .any(|c| c.spec_id != default_spec || !c.task.deletes.is_empty());
+        if !(must || files.len() >= options.min_input_files.max(2) || total > target) {
+            continue;
+        }
+        // Largest first, each into the first bin it fits (first-fit decreasing).
+        files.sort_by_key(|c| std::cmp::Reverse(c.size));
+        let mut packed: Vec<(u64, Vec<Candidate>)> = Vec::new();
+        for c in files {
+            match packed.iter_mut().find(|(sum, _)| sum + c.size <= target) {
+                Some((sum, bin)) => {
+                    *sum += c.size;
+                    bin.push(c);
+                }
+                None => packed.push((c.size, vec![c])),
+            }
+        }
+        for (_, bin) in packed {
+            // A bin of one file in the current spec with no deletes would be rewritten
+            // as itself.
+            let alone =
+                bin.len() == 1 && bin[0].spec_id == default_spec && bin[0].task.deletes.is_empty();
+            if !alone {
+                bins.push((g, bin));
+            }
+        }
+    }
+    Ok(bins)
+}
+
+/// Read one bin's files (deletes applied) and write their rows into new files.
+async fn rewrite_bin(base: &Table, target: u64, bin: Vec<Candidate>) -> Result<Vec<DataFile>> {
+    debug_assert!(bin.iter().all(|c| c.partition == bin[0].partition));
+    let tasks = bin.into_iter().map(|c| c.task).collect();
+    let mut rows = read::whole_files(base, tasks)?;
+    let mut writer = TableWriter::with_target_file_size(base, target)?;
+    while let Some(batch) = rows.try_next().await? {
+        writer.write(batch).await?;
+    }
+    writer.close().await
+}
+
+/// Fail when a snapshot committed after `read` added delete files: they may apply to rows
+/// the rewrite copied, which would bring deleted rows back.
+fn deletes_since(current: &Table, read: i64) -> Result<()> {
+    let md = current.metadata();
+    let mut at = md.current_snapshot();
+    while let Some(s) = at {
+        if s.snapshot_id() == read {
+            return Ok(());
+        }
+        let added = s
+            .summary()
+            .additional_properties
+            .get("added-delete-files")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        if added > 0 {
+            return Err(conflict(
+                current,
+                format!(
+                    "snapshot {} added delete files while the rewrite ran; nothing was \
+                     committed",
+                    s.snapshot_id()
+                ),
+            ));
+        }
+        at = s.parent_snapshot_id().and_then(|p| md.snapshot_by_id(p));
+    }
+    Err(conflict(
+        current,
+        format!("the snapshot the rewrite read ({read}) is no longer an ancestor of the table's"),
+    ))
+}
+
+/// Delete files written for a rewrite that is not committed.
+async fn discard(base: &Table, files: &[DataFile]) {
+    for f in files {
+        let _ = base.file_io().delete(f.file_path()).await;
+    }
+}
