@@ -2,12 +2,14 @@
 //! registered, and the one `match` that plans every statement. The statements' work is
 //! by concern: `names` (resolving names against the session's defaults), `ddl`
 //! (catalogs, namespaces, tables), `sources` (`CREATE SOURCE` and previews), `jobs`
-//! (continuous `INSERT`s, `SHOW JOBS` as `floe.jobs`).
+//! (continuous `INSERT`s, `SHOW JOBS` as `floe.jobs`), `procedures` (`CALL` for table
+//! maintenance).
 
 mod columns;
 mod ddl;
 mod jobs;
 mod names;
+mod procedures;
 mod sources;
 
 use std::collections::BTreeMap;
@@ -178,6 +180,7 @@ impl Session {
             Statement::DescribeSource(s) => self.describe_source(s),
             Statement::ShowJobs => self.show_jobs().await,
             Statement::RoutedInsert(s) => self.routed_insert(*s).await,
+            Statement::Call(s) => self.call(s).await,
             Statement::StopJob(s) => {
                 let state = self.jobs.stop(&s.name).await?;
                 Ok(Output::Done(format!("job '{}' {state}", s.name)))

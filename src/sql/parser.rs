@@ -301,6 +301,34 @@ impl Parser<'_> {
         )
     }
 
+    /// `CALL` has been read: `procedure(arg, name => arg, ...)`.
+    fn parse_call(&mut self) -> Result<Statement> {
+        let procedure = self.df.parser.parse_object_name(false)?;
+        self.df.parser.expect_token(&Token::LParen)?;
+        let mut args = Vec::new();
+        if !self.df.parser.consume_token(&Token::RParen) {
+            loop {
+                let name = match (
+                    self.df.parser.peek_nth_token(0).token,
+                    self.df.parser.peek_nth_token(1).token,
+                ) {
+                    (Token::Word(w), Token::RArrow) => {
+                        self.skip(2);
+                        Some(w.value.to_ascii_lowercase())
+                    }
+                    _ => None,
+                };
+                let value = self.df.parser.parse_expr()?;
+                args.push(CallArg { name, value });
+                if self.df.parser.consume_token(&Token::RParen) {
+                    break;
+                }
+                self.df.parser.expect_token(&Token::Comma)?;
+            }
+        }
+        Ok(Statement::Call(Call { procedure, args }))
+    }
+
     /// Parse one statement.
     pub fn parse_statement(&mut self) -> Result<Statement> {
         if self.words_are(&["CREATE", "CATALOG"]) {
@@ -388,6 +416,10 @@ impl Parser<'_> {
                 }
             };
             return Ok(Statement::StopJob(StopJob { name }));
+        }
+        if self.word(0).as_deref() == Some("CALL") {
+            self.skip(1);
+            return self.parse_call();
         }
         if matches!(self.word(0).as_deref(), Some("DESCRIBE" | "DESC"))
             && self.word(1).as_deref() == Some("SOURCE")
@@ -876,6 +908,9 @@ mod tests {
             "DESCRIBE SOURCE s",
             "SHOW JOBS",
             "STOP JOB 'orders-to-lake'",
+            "CALL lake.system.rewrite_data_files(table => 'ns.t', min_input_files => 2)",
+            "CALL system.expire_snapshots('ns.t', TIMESTAMP '2026-01-01 00:00:00')",
+            "CALL lake.system.rewrite_manifests()",
             "INSERT INTO lake.analytics SELECT * FROM events ROUTE BY event_type",
             "INSERT INTO lake.a SELECT *, CAST(ts AS DATE) AS d FROM e WHERE x > 1 \
              ROUTE BY lower(kind) WITH ('partition.candidates' = 'd, region')",

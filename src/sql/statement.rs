@@ -32,6 +32,7 @@ pub enum Statement {
     ShowJobs,
     StopJob(StopJob),
     RoutedInsert(Box<RoutedInsert>),
+    Call(Call),
 }
 
 /// ```text
@@ -404,6 +405,39 @@ impl fmt::Display for StopJob {
     }
 }
 
+/// ```text
+/// CALL [catalog.]system.procedure(name => value, ...)      -- or values by position
+/// ```
+/// A table maintenance procedure, named and called as in Spark and Trino.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub procedure: ObjectName,
+    pub args: Vec<CallArg>,
+}
+
+/// One argument of a `CALL`: `name => value`, or a value in its place.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallArg {
+    pub name: Option<String>,
+    pub value: Expr,
+}
+
+impl fmt::Display for Call {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CALL {}(", self.procedure)?;
+        for (i, a) in self.args.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            if let Some(name) = &a.name {
+                write!(f, "{name} => ")?;
+            }
+            write!(f, "{}", a.value)?;
+        }
+        f.write_str(")")
+    }
+}
+
 impl fmt::Display for Statement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -424,6 +458,7 @@ impl fmt::Display for Statement {
             Statement::DescribeSource(s) => write!(f, "{s}"),
             Statement::ShowJobs => f.write_str("SHOW JOBS"),
             Statement::StopJob(s) => write!(f, "{s}"),
+            Statement::Call(s) => write!(f, "{s}"),
             Statement::RoutedInsert(s) => write!(f, "{s}"),
         }
     }

@@ -35,6 +35,28 @@ def write_job(lake: SqlLake, workdir: Path, rate: int, interval: str) -> Path:
     return script
 
 
+def kill_runs(
+    floe_bin: Path, workdir: Path, script: Path, runs: int, after: tuple[float, float]
+) -> None:
+    """Start `script` `runs` times, each killed (SIGKILL) a random `after` seconds in;
+    fail unless all but one were still running when killed."""
+    rng = random.Random()
+    kills = 0
+    for _ in range(runs):
+        child = subprocess.Popen(
+            [str(floe_bin), "-q", "-f", str(script)],
+            cwd=workdir,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(rng.uniform(*after))
+        if child.poll() is None:
+            child.kill()
+            kills += 1
+        child.wait()
+    assert kills >= runs - 1, f"the job ended before it could be killed ({kills} kills)"
+
+
 def run_to_end(floe_bin: Path, workdir: Path, script: Path) -> None:
     done = subprocess.run(
         [str(floe_bin), "-q", "-f", str(script)],
@@ -94,21 +116,7 @@ def test_killed_during_evolving_checkpoints_then_restarted(
 ):
     workdir = tmp_path / "work"
     script = write_job(lake, workdir, rate=15_000, interval="100ms")
-    rng = random.Random()
-    kills = 0
-    for _ in range(4):
-        child = subprocess.Popen(
-            [str(floe_bin), "-q", "-f", str(script)],
-            cwd=workdir,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        time.sleep(rng.uniform(0.2, 0.7))
-        if child.poll() is None:
-            child.kill()
-            kills += 1
-        child.wait()
-    assert kills >= 3, f"the job ended before it could be killed ({kills} kills)"
+    kill_runs(floe_bin, workdir, script, runs=4, after=(0.2, 0.7))
     run_to_end(floe_bin, workdir, script)
     check_tables(lake, duck)
 
