@@ -244,6 +244,20 @@ def rest_catalog_props() -> dict[str, str]:
     }
 
 
+def drop_rest_namespace(catalog, ns: str, tables: Sequence[str]) -> None:
+    """Best effort: purge `tables` of namespace `ns` and drop it (the REST server is shared
+    between runs; names are unique anyway)."""
+    for table in tables:
+        try:
+            catalog.purge_table((ns, table))
+        except Exception:
+            pass
+    try:
+        catalog.drop_namespace(ns)
+    except Exception:
+        pass
+
+
 def rest_catalog_ddl(name: str = "rest") -> str:
     props = {"type": "iceberg", "catalog-type": "rest", **rest_catalog_props()}
     return f"CREATE CATALOG {name} WITH ({catalog_props_sql(props)})"

@@ -16,6 +16,7 @@ import pytest
 
 from conftest import (
     SqlLake,
+    drop_rest_namespace,
     norm_int,
     normalize_rows,
     require_rest_server,
@@ -316,12 +317,4 @@ def test_rest_catalog_roundtrip(rest_catalog_factory, run_floe):
         fields = [(schema_name(table, f.source_id), str(f.transform)) for f in table.spec().fields]
         assert fields == [("ts", "day")], table.spec()
     finally:
-        # Best effort: the server is shared between runs; names are unique anyway.
-        try:
-            rest_catalog.purge_table((ns, "t"))
-        except Exception:
-            pass
-        try:
-            rest_catalog.drop_namespace(ns)
-        except Exception:
-            pass
+        drop_rest_namespace(rest_catalog, ns, ["t"])
