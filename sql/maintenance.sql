@@ -34,5 +34,8 @@ CALL lake.system.rewrite_manifests(table => 'shop.orders');
 -- The job's exactly-once mark survives: running the INSERT again adds nothing.
 CALL lake.system.expire_snapshots(table => 'shop.orders', older_than => now(), retain_last => 2);
 SELECT operation FROM lake.shop."orders$snapshots" ORDER BY committed_at;
+
+-- Files under the table that nothing references (none here), listed but not deleted.
+CALL lake.system.remove_orphan_files(table => 'shop.orders', older_than => now(), dry_run => true);
 INSERT INTO lake.shop.orders SELECT order_id, price, region FROM order_stream;
 SELECT count(*) AS orders, count(DISTINCT order_id) AS distinct_orders FROM lake.shop.orders;

@@ -82,6 +82,18 @@ pub struct PendingCommit {
 }
 
 impl PendingCommit {
+    /// The paths of the data files it commits.
+    pub fn file_paths(&self) -> Vec<String> {
+        self.groups
+            .iter()
+            .flat_map(|g| &g.files)
+            .filter_map(|json| {
+                let v: serde_json::Value = serde_json::from_str(json).ok()?;
+                Some(v.get("file_path")?.as_str()?.to_string())
+            })
+            .collect()
+    }
+
     /// The table's identifier.
     pub fn ident(&self) -> Result<iceberg::TableIdent> {
         Ok(iceberg::TableIdent::new(
@@ -175,6 +187,23 @@ impl StateStore {
         let pid = std::process::id().to_string();
         let _ = file.set_len(0).and_then(|_| file.write_all(pid.as_bytes()));
         Ok(JobLock { _file: file })
+    }
+
+    /// Every job's last checkpoint record under this store (unreadable ones are errors: a
+    /// caller protecting their files must not skip one).
+    pub fn records(&self) -> Result<Vec<CheckpointRecord>> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(format!("listing {}", self.dir.display()), e)),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry =
+                entry.map_err(|e| Error::io(format!("listing {}", self.dir.display()), e))?;
+            out.extend(self.read(&entry.path().join("checkpoint.json"))?);
+        }
+        Ok(out)
     }
 
     /// Write `record` durably, replacing the job's previous one.

@@ -6,15 +6,16 @@
 //! | `rewrite_data_files` | `table`, `target_file_size_bytes`, `min_input_files`, `where` |
 //! | `expire_snapshots` | `table`, `older_than` (default 5 days ago), `retain_last` (1) |
 //! | `rewrite_manifests` | `table` |
+//! | `remove_orphan_files` | `table`, `older_than` (default 3 days ago), `dry_run` (false) |
 //!
 //! Arguments go by name (`table => 'ns.t'`) or in this order; values are SQL expressions
 //! evaluated once (`TIMESTAMP '2026-11-30 00:00:00'`, `now() - INTERVAL '1' HOUR`). The work
 //! itself is `lake::maintenance`'s.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch};
+use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::sql::sqlparser::ast::Expr;
@@ -23,11 +24,13 @@ use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::{NamespaceIdent, TableIdent};
 
 use super::{Output, Session};
+use crate::checkpoint::StateStore;
 use crate::error::{Error, Result};
 use crate::lake::maintenance::Maintained;
 use crate::lake::maintenance::compact::{CompactOptions, rewrite_data_files};
 use crate::lake::maintenance::expire::{ExpireOptions, expire_snapshots};
 use crate::lake::maintenance::manifests::rewrite_manifests;
+use crate::lake::maintenance::orphans::{OrphanOptions, remove_orphan_files};
 use crate::sql::parser::name_parts;
 use crate::sql::statement::Call;
 
@@ -44,7 +47,12 @@ const PROCEDURES: &[(&str, &[&str])] = &[
     ),
     ("expire_snapshots", &["table", "older_than", "retain_last"]),
     ("rewrite_manifests", &["table"]),
+    ("remove_orphan_files", &["table", "older_than", "dry_run"]),
 ];
+
+/// Files younger than this are never orphans unless `older_than` says otherwise (Spark's
+/// default): longer than any checkpoint or commit takes.
+const DEFAULT_ORPHAN_AGE_MS: i64 = 3 * 24 * 3600 * 1000;
 
 /// Snapshots younger than this are kept unless `older_than` says otherwise (Spark's
 /// default).
@@ -74,6 +82,14 @@ impl Args {
                 self.procedure
             ))
         })
+    }
+
+    fn boolean(&self, name: &str) -> Result<Option<bool>> {
+        match self.values.get(name) {
+            None => Ok(None),
+            Some(ScalarValue::Boolean(v)) => Ok(*v),
+            Some(other) => Err(self.wrong(name, "true or false", other)),
+        }
     }
 
     fn positive(&self, name: &str) -> Result<Option<u64>> {
@@ -200,6 +216,28 @@ impl Session {
                     ("added_manifests_count", added),
                 ])
             }
+            "remove_orphan_files" => {
+                let now = chrono::Utc::now().timestamp_millis();
+                let options = OrphanOptions {
+                    older_than_ms: args
+                        .time_ms("older_than")?
+                        .unwrap_or(now - DEFAULT_ORPHAN_AGE_MS),
+                    dry_run: args.boolean("dry_run")?.unwrap_or(false),
+                };
+                let keep = self.in_flight_files(&catalog, &table)?;
+                let orphans = remove_orphan_files(&table, &options, &keep).await?;
+                let schema = Arc::new(Schema::new(vec![Field::new(
+                    "orphan_file_location",
+                    DataType::Utf8,
+                    false,
+                )]));
+                let batch = RecordBatch::try_new(
+                    schema.clone(),
+                    vec![Arc::new(StringArray::from(orphans)) as ArrayRef],
+                )
+                .map_err(|e| Error::Internal(format!("a procedure's result: {e}")))?;
+                Ok(Output::Rows(schema, vec![batch]))
+            }
             other => Err(Error::Internal(format!("procedure {other} has no body"))),
         }
     }
@@ -283,6 +321,25 @@ impl Session {
             committer,
             ident: TableIdent::new(NamespaceIdent::new(ns), table),
         })
+    }
+
+    /// The files the checkpoint records under this session's `state.dir` will commit to
+    /// `table` (a job killed mid-checkpoint commits them when it starts again).
+    fn in_flight_files(&self, catalog: &str, table: &Maintained) -> Result<HashSet<String>> {
+        let dir = self.options().state_dir;
+        let namespace = table.ident.namespace().clone().inner();
+        let mut keep = HashSet::new();
+        for record in StateStore::new(&dir).records()? {
+            for pending in &record.tables {
+                if pending.catalog == catalog
+                    && pending.namespace == namespace
+                    && pending.table == table.ident.name()
+                {
+                    keep.extend(pending.file_paths());
+                }
+            }
+        }
+        Ok(keep)
     }
 
     /// `where` (SQL over the table's columns) as a filter on files' partitions and metrics.

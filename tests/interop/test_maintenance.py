@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import threading
 import time
@@ -263,3 +264,203 @@ def test_exactly_once_across_compaction_expiry_and_kills(
     assert any(m.get("expired_snapshots_count", 0) > 0 for m in maintained), maintained
     table = lake.pyiceberg().load_table("shop.orders")
     assert order_ids(table) == list(range(1, rows + 1))
+
+
+def plain(path: str) -> str:
+    return path.removeprefix("file://").removeprefix("file:")
+
+
+def referenced_by_table(table) -> set[str]:
+    """What pyiceberg says the table references: metadata files, manifest lists,
+    manifests and every file they list."""
+    md = table.metadata
+    out = {plain(table.metadata_location)} | {plain(l.metadata_file) for l in md.metadata_log}
+    for snapshot in md.snapshots:
+        out.add(plain(snapshot.manifest_list))
+        for manifest in snapshot.manifests(table.io):
+            out.add(plain(manifest.manifest_path))
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                out.add(plain(entry.data_file.file_path))
+    return out
+
+
+def in_flight(workdir: Path) -> set[str]:
+    """The data files the job's checkpoint records will commit."""
+    out = set()
+    for record in (workdir / ".floe").glob("*/checkpoint.json"):
+        for pending in json.loads(record.read_text())["tables"]:
+            for group in pending["groups"]:
+                out |= {plain(json.loads(f)["file_path"]) for f in group["files"]}
+    return out
+
+
+def test_orphan_removal_after_a_crash_mid_checkpoint_keeps_what_the_job_will_commit(
+    floe_bin: Path, lake: SqlLake, tmp_path: Path
+):
+    rows = 4_000
+    workdir = tmp_path / "work"
+    script = orders_job(lake, workdir, rows, rate=2_000, interval="200ms")
+    # Killed halfway through writing its 3rd commit's metadata file: that commit's
+    # manifests, manifest list and torn metadata file are orphans; its data files are named
+    # by the checkpoint record, which the next start commits.
+    crashed = subprocess.run(
+        [str(floe_bin), "-q", "-f", str(script)],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "FLOE_FAILPOINT": "in-metadata-write:3"},
+    )
+    assert crashed.returncode != 0, "the failpoint did not fire"
+    table_dir = lake.warehouse / "shop" / "orders"
+    stray = table_dir / "data" / "stray.parquet"
+    stray.write_bytes(b"not a table's file")
+    four_days_ago = time.time() - 4 * 24 * 3600
+    os.utime(stray, (four_days_ago, four_days_ago))
+    young = table_dir / "data" / "young.parquet"
+    young.write_bytes(b"written a moment ago")
+
+    table = lake.pyiceberg().load_table("shop.orders")
+    keep = referenced_by_table(table) | in_flight(workdir)
+    assert in_flight(workdir), "the crash left no checkpoint in flight"
+    on_disk = {str(p) for p in table_dir.rglob("*") if p.is_file()}
+    expected = on_disk - keep
+    assert str(stray) in expected and any(p.endswith(".metadata.json") for p in expected), expected
+
+    def orphans(sql: str) -> set[str]:
+        rows = run_floe_in(floe_bin, workdir, lake.ddl(), sql)
+        return {plain(r["orphan_file_location"]) for r in rows}
+
+    # The default age (3 days) finds only the old stray file.
+    assert orphans("CALL lake.system.remove_orphan_files(table => 'shop.orders', dry_run => true)") == {
+        str(stray)
+    }
+    listed = orphans(
+        "CALL lake.system.remove_orphan_files(table => 'shop.orders', "
+        "older_than => now() + INTERVAL '1' MINUTE, dry_run => true)"
+    )
+    assert listed == expected
+    assert {str(p) for p in table_dir.rglob("*") if p.is_file()} == on_disk, "a dry run deletes nothing"
+    removed = orphans(
+        "CALL lake.system.remove_orphan_files(table => 'shop.orders', "
+        "older_than => now() + INTERVAL '1' MINUTE)"
+    )
+    assert removed == expected
+    assert {str(p) for p in table_dir.rglob("*") if p.is_file()} == on_disk - expected
+    # The job starts again, commits what its record names, and ends with every row once.
+    run_to_end(floe_bin, workdir, script)
+    assert order_ids(lake.pyiceberg().load_table("shop.orders")) == list(range(1, rows + 1))
+
+
+def test_compaction_sorts_by_the_tables_sort_order(floe_bin: Path, lake: SqlLake, tmp_path: Path):
+    import pyarrow.parquet as pq
+    from pyiceberg.schema import Schema
+    from pyiceberg.table.sorting import NullOrder, SortDirection, SortField, SortOrder
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    catalog = lake.pyiceberg()
+    catalog.create_namespace("shop")
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "name", StringType(), required=False),
+    )
+    # name ascending with NULLs last, then id descending.
+    order = SortOrder(
+        SortField(source_id=2, transform=IdentityTransform(), null_order=NullOrder.NULLS_LAST),
+        SortField(
+            source_id=1,
+            transform=IdentityTransform(),
+            direction=SortDirection.DESC,
+            null_order=NullOrder.NULLS_LAST,
+        ),
+    )
+    catalog.create_table("shop.sorted", schema=schema, sort_order=order)
+    rng = random.Random(7)
+    names = ["b", "a", None, "c"]
+    inserts = []
+    expected = []
+    for _ in range(6):
+        batch = [(rng.randrange(1000), rng.choice(names)) for _ in range(20)]
+        expected += batch
+        values = ", ".join(
+            f"({i}, {'NULL' if n is None else repr(n)})" for i, n in batch
+        )
+        inserts.append(f"INSERT INTO lake.shop.sorted VALUES {values}")
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    run_floe_in(floe_bin, workdir, lake.ddl(), *inserts)
+    done = call(
+        floe_bin, lake, workdir, "CALL lake.system.rewrite_data_files(table => 'shop.sorted', min_input_files => 2)"
+    )
+    assert done["rewritten_data_files_count"] == 6 and done["added_data_files_count"] == 1, done
+    table = catalog.load_table("shop.sorted")
+    (path,) = [plain(f["file_path"]) for f in table.inspect.files().to_pylist()]
+    got = [(r["id"], r["name"]) for r in pq.read_table(path).to_pylist()]
+    want = sorted(expected, key=lambda r: (r[1] is None, r[1] or "", -r[0]))
+    assert got == want
+
+
+def test_procedures_on_the_rest_catalog_over_s3(rest_catalog_factory, run_floe):
+    import uuid
+
+    import boto3
+
+    from conftest import (
+        S3_ACCESS_KEY,
+        S3_ENDPOINT,
+        S3_REGION,
+        S3_SECRET_KEY,
+        drop_rest_namespace,
+        rest_catalog_ddl,
+        require_rest_server,
+    )
+
+    require_rest_server()
+    rest = rest_catalog_factory()
+    ns = f"floe_maint_{uuid.uuid4().hex[:12]}"
+    ddl = rest_catalog_ddl("rest")
+    try:
+        run_floe(
+            ddl,
+            f"CREATE SCHEMA rest.{ns}",
+            f"CREATE TABLE rest.{ns}.t (id BIGINT, part STRING) PARTITIONED BY (part)",
+            *[f"INSERT INTO rest.{ns}.t VALUES ({i}, 'p{i % 2}')" for i in range(1, 9)],
+        )
+        table = rest.load_table((ns, "t"))
+        location = table.metadata.location
+        assert location.startswith("s3://"), location
+        bucket, prefix = location.removeprefix("s3://").split("/", 1)
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=S3_ENDPOINT,
+            aws_access_key_id=S3_ACCESS_KEY,
+            aws_secret_access_key=S3_SECRET_KEY,
+            region_name=S3_REGION,
+        )
+        stray_key = f"{prefix}/data/stray.parquet"
+        s3.put_object(Bucket=bucket, Key=stray_key, Body=b"no table's file")
+        (done,) = run_floe(
+            ddl, f"CALL rest.system.rewrite_data_files(table => '{ns}.t', min_input_files => 2)"
+        )
+        assert done["rewritten_data_files_count"] == 8 and done["added_data_files_count"] == 2, done
+        run_floe(
+            ddl,
+            f"CALL rest.system.expire_snapshots(table => '{ns}.t', older_than => now(), retain_last => 1)",
+        )
+        found = run_floe(
+            ddl,
+            f"CALL rest.system.remove_orphan_files(table => '{ns}.t', "
+            "older_than => now() + INTERVAL '1' MINUTE)",
+        )
+        orphans = {r["orphan_file_location"] for r in found}
+        # The compaction's losing attempts leave nothing; expiry deleted what it could
+        # reach; the stray object is the one orphan.
+        assert orphans == {f"s3://{bucket}/{stray_key}"}, orphans
+        keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]}
+        assert stray_key not in keys
+        table = rest.load_table((ns, "t"))
+        assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(1, 9))
+        assert len(table.snapshots()) == 1
+    finally:
+        drop_rest_namespace(rest, ns, ["t"])

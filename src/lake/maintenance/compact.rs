@@ -7,21 +7,24 @@
 //! -> candidates: files under 3/4 of the target, files of an older spec, files with deletes
 //! -> groups by (spec, partition) worth rewriting: at least `min_input_files` files, more
 //!    than a target's worth, or any old-spec file or file with deletes
-//! -> bins of about the target size -> read (deletes applied) -> write (current spec)
+//! -> bins of about the target size -> read (deletes applied) -> sorted by the table's
+//!    sort order, if it has one (maintenance::sort) -> write (current spec)
 //! -> one replace commit of every bin, prepared on the table as it is (lake::commit::replace)
 //! ```
 //!
 //! Nothing is visible until the commit; when it is given up, the files written are deleted.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use futures::TryStreamExt;
+use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::expr::Predicate;
 use iceberg::scan::FileScanTask;
 use iceberg::spec::{DataFile, FormatVersion, Struct};
 use iceberg::table::Table;
 
-use super::Maintained;
+use super::{Maintained, sort};
 use crate::error::{Error, Result};
 use crate::lake::TableWriter;
 use crate::lake::commit::replace::{Rewrite, conflict, live_data_entries, prepare_rewrite};
@@ -225,7 +228,14 @@ async fn plan(
 async fn rewrite_bin(base: &Table, target: u64, bin: Vec<Candidate>) -> Result<Vec<DataFile>> {
     debug_assert!(bin.iter().all(|c| c.partition == bin[0].partition));
     let tasks = bin.into_iter().map(|c| c.task).collect();
-    let mut rows = read::whole_files(base, tasks)?;
+    let md = base.metadata();
+    let arrow = Arc::new(schema_to_arrow_schema(md.current_schema())?);
+    let mut rows = sort::sorted(
+        read::whole_files(base, tasks)?,
+        arrow,
+        md.default_sort_order(),
+        md.current_schema(),
+    )?;
     let mut writer = TableWriter::with_target_file_size(base, target)?;
     while let Some(batch) = rows.try_next().await? {
         writer.write(batch).await?;

@@ -1,5 +1,6 @@
 //! Keeping tables healthy, as Spark's and Trino's procedures do: compaction
-//! ([`compact`]), snapshot expiry ([`expire`]) and manifest rewrite ([`manifests`]).
+//! ([`compact`]), snapshot expiry ([`expire`]), manifest rewrite ([`manifests`]) and
+//! orphan-file removal ([`orphans`]).
 //!
 //! Each works on the table as it is when it commits: it prepares its snapshot (or its
 //! metadata change) on a fresh load, commits through floe's [`Committer`], and when another
@@ -10,6 +11,8 @@
 pub mod compact;
 pub mod expire;
 pub mod manifests;
+pub mod orphans;
+pub mod sort;
 
 use std::future::Future;
 use std::sync::Arc;
