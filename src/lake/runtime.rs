@@ -7,6 +7,8 @@
 //! Its workers are meant to be busy: the local file system calls made on them run right
 //! there (see [`super::storage`]) rather than on yet more threads, and there are two per
 //! core, so that a worker waiting on a disk sync leaves the core to another.
+//!
+//! Table maintenance inside jobs has a runtime of its own, of one worker ([`spawn_maintenance`]).
 
 use std::future::Future;
 use std::sync::OnceLock;
@@ -39,4 +41,24 @@ pub fn spawn<T: Send + 'static>(
     future: impl Future<Output = T> + Send + 'static,
 ) -> AbortOnDrop<T> {
     AbortOnDrop::from(handle().spawn(future))
+}
+
+static MAINTENANCE: OnceLock<Runtime> = OnceLock::new();
+
+/// Run `future` on the maintenance runtime (one worker thread: table maintenance inside jobs
+/// never takes more than one core, and rests within that to its budget), owned by the handle
+/// returned.
+pub fn spawn_maintenance<T: Send + 'static>(
+    future: impl Future<Output = T> + Send + 'static,
+) -> AbortOnDrop<T> {
+    let runtime = MAINTENANCE.get_or_init(|| {
+        Builder::new_multi_thread()
+            .worker_threads(1)
+            .max_blocking_threads(2)
+            .thread_name("floe-maintain")
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("cannot start floe's maintenance runtime: {e}"))
+    });
+    AbortOnDrop::from(runtime.handle().spawn(future))
 }

@@ -123,6 +123,17 @@ enum Inner {
     },
 }
 
+/// How large a writer's row groups grow.
+#[derive(Debug, Clone, Copy)]
+enum RowGroups {
+    /// As the table's `write.parquet.row-group-size-bytes` says.
+    Table,
+    /// One per write.
+    PerWrite,
+    /// As the table says, but at most this many bytes.
+    AtMost(usize),
+}
+
 /// Writes batches of one table's rows into uncommitted data files.
 pub struct TableWriter {
     inner: Inner,
@@ -146,13 +157,18 @@ impl TableWriter {
     /// group being written are held encoded, with encoders and compression contexts per
     /// column).
     pub fn try_new(table: &Table) -> Result<Self> {
-        Self::build(table, false, None)
+        Self::build(table, RowGroups::Table, None)
     }
 
-    /// A writer as [`TableWriter::try_new`]'s whose files roll over at about `bytes`
-    /// instead of the table's `write.target-file-size-bytes` (compaction's target).
-    pub fn with_target_file_size(table: &Table, bytes: u64) -> Result<Self> {
-        Self::build(table, false, Some(bytes))
+    /// A writer as [`TableWriter::try_new`]'s whose files roll over at about `target` bytes
+    /// instead of the table's `write.target-file-size-bytes`, and whose row groups hold at
+    /// most `row_group_bytes` when given (compaction's target and memory budget).
+    pub fn for_rewrite(table: &Table, target: u64, row_group_bytes: Option<usize>) -> Result<Self> {
+        Self::build(
+            table,
+            row_group_bytes.map_or(RowGroups::Table, RowGroups::AtMost),
+            Some(target),
+        )
     }
 
     /// A writer that writes each batch it is given as a row group of its own: between
@@ -160,10 +176,10 @@ impl TableWriter {
     /// (about a MiB per table whatever its rows). For callers that gather rows and choose
     /// the row groups' sizes themselves, as routed sinks writing many tables do.
     pub fn row_group_per_write(table: &Table) -> Result<Self> {
-        Self::build(table, true, None)
+        Self::build(table, RowGroups::PerWrite, None)
     }
 
-    fn build(table: &Table, row_group_per_write: bool, target: Option<u64>) -> Result<Self> {
+    fn build(table: &Table, row_groups: RowGroups, target: Option<u64>) -> Result<Self> {
         let metadata = table.metadata();
         let props = metadata.table_properties()?;
         let format = DataFileFormat::from_str(&props.write_format_default)?;
@@ -177,11 +193,17 @@ impl TableWriter {
         let iceberg_schema = metadata.current_schema().clone();
         let mut properties = writer_properties(metadata.properties())
             .map_err(|e| Error::Option(format!("table {}: {e}", table.identifier())))?;
-        if row_group_per_write {
+        let cap = match row_groups {
             // A row group is flushed once its encoded size reaches this: after every write.
+            RowGroups::PerWrite => Some(1),
+            RowGroups::AtMost(bytes) => Some(bytes.max(1 << 20)),
+            RowGroups::Table => None,
+        };
+        if let Some(cap) = cap {
+            let cap = properties.max_row_group_bytes().map_or(cap, |t| t.min(cap));
             properties = properties
                 .into_builder()
-                .set_max_row_group_bytes(Some(1))
+                .set_max_row_group_bytes(Some(cap))
                 .build();
         }
         let parquet = ParquetWriterBuilder::new(properties, iceberg_schema.clone());

@@ -165,6 +165,7 @@ impl Session {
                     target_file_size: args.positive("target_file_size_bytes")?,
                     min_input_files: args.positive("min_input_files")?.unwrap_or(5) as usize,
                     filter,
+                    ..CompactOptions::default()
                 };
                 let done = rewrite_data_files(&table, &options).await?;
                 counts(&[

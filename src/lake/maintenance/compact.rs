@@ -24,7 +24,7 @@ use iceberg::scan::FileScanTask;
 use iceberg::spec::{DataFile, FormatVersion, Struct};
 use iceberg::table::Table;
 
-use super::{Maintained, sort};
+use super::{Maintained, Pace, sort};
 use crate::error::{Error, Result};
 use crate::lake::TableWriter;
 use crate::lake::commit::replace::{Rewrite, conflict, live_data_entries, prepare_rewrite};
@@ -39,6 +39,16 @@ pub struct CompactOptions {
     pub min_input_files: usize,
     /// Only files that may hold rows matching this are considered.
     pub filter: Option<Predicate>,
+    /// Memory a rewrite holds at most (its sort and its row groups being written); `None`:
+    /// the table's row-group size and [`sort::SORT_MEMORY`].
+    pub memory: Option<usize>,
+    /// How fast to work: after each bin it rests (see [`Pace`]); `None`: at once.
+    pub pace: Option<Pace>,
+    /// Compact files only with files of about their size (within a factor of 4): each
+    /// byte is rewritten a few times on its way to the target size, not at every run, as
+    /// the small files of a partition a job keeps appending to would be. For compaction
+    /// inside jobs; `rewrite_data_files` packs every small file, as Spark's does.
+    pub tiered: bool,
 }
 
 impl Default for CompactOptions {
@@ -47,6 +57,9 @@ impl Default for CompactOptions {
             target_file_size: None,
             min_input_files: 5,
             filter: None,
+            memory: None,
+            pace: None,
+            tiered: false,
         }
     }
 }
@@ -108,7 +121,11 @@ pub async fn rewrite_data_files(table: &Maintained, options: &CompactOptions) ->
         rewrite
             .removed
             .extend(bin.iter().map(|c| c.task.data_file_path.clone()));
-        let written = rewrite_bin(&base, target, bin).await;
+        let began = std::time::Instant::now();
+        let written = rewrite_bin(&base, target, options.memory, bin).await;
+        if let Some(pace) = &options.pace {
+            pace.rest(began.elapsed()).await;
+        }
         match written {
             Ok(files) => rewrite.added.extend(files),
             Err(e) => {
@@ -167,7 +184,7 @@ async fn plan(
         })
         .collect();
     let small = target / 4 * 3;
-    let mut groups: BTreeMap<(i32, String), Vec<Candidate>> = BTreeMap::new();
+    let mut groups: BTreeMap<(i32, String, u32), Vec<Candidate>> = BTreeMap::new();
     let mut seen = HashSet::new();
     for task in tasks {
         if !seen.insert(task.data_file_path.clone()) {
@@ -180,8 +197,14 @@ async fn plan(
         if size >= small && *spec_id == default_spec && task.deletes.is_empty() {
             continue;
         }
+        // Files of about one size (a power of 4) share a group when tiered.
+        let tier = if options.tiered {
+            size.max(1).ilog(4)
+        } else {
+            0
+        };
         groups
-            .entry((*spec_id, format!("{:?}", file.partition())))
+            .entry((*spec_id, format!("{:?}", file.partition()), tier))
             .or_default()
             .push(Candidate {
                 task,
@@ -225,18 +248,25 @@ async fn plan(
 }
 
 /// Read one bin's files (deletes applied) and write their rows into new files.
-async fn rewrite_bin(base: &Table, target: u64, bin: Vec<Candidate>) -> Result<Vec<DataFile>> {
+async fn rewrite_bin(
+    base: &Table,
+    target: u64,
+    memory: Option<usize>,
+    bin: Vec<Candidate>,
+) -> Result<Vec<DataFile>> {
     debug_assert!(bin.iter().all(|c| c.partition == bin[0].partition));
     let tasks = bin.into_iter().map(|c| c.task).collect();
     let md = base.metadata();
     let arrow = Arc::new(schema_to_arrow_schema(md.current_schema())?);
+    // Half the budget to the sort, a quarter to the row group being written.
     let mut rows = sort::sorted(
         read::whole_files(base, tasks)?,
         arrow,
         md.default_sort_order(),
         md.current_schema(),
+        memory.map_or(sort::SORT_MEMORY, |m| m / 2),
     )?;
-    let mut writer = TableWriter::with_target_file_size(base, target)?;
+    let mut writer = TableWriter::for_rewrite(base, target, memory.map(|m| m / 4))?;
     while let Some(batch) = rows.try_next().await? {
         writer.write(batch).await?;
     }

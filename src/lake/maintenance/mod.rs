@@ -12,10 +12,13 @@ pub mod compact;
 pub mod expire;
 pub mod manifests;
 pub mod orphans;
+pub mod policy;
 pub mod sort;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
@@ -24,6 +27,45 @@ use super::Committer;
 use super::commit::Prepared;
 use crate::error::{Error, Result};
 use crate::failpoint;
+
+/// How fast maintenance works: at most a share of one core, resting after each piece of
+/// work, until hurried (nothing else is running then: a job whose sources ended).
+#[derive(Debug, Clone)]
+pub struct Pace {
+    cpu: f64,
+    hurry: Arc<AtomicBool>,
+}
+
+impl Pace {
+    /// Work at most `cpu` (above 0, at most 1) of one core.
+    pub fn new(cpu: f64) -> Self {
+        Self {
+            cpu,
+            hurry: Arc::default(),
+        }
+    }
+
+    /// From now on, work without resting (this pace and its clones).
+    pub fn hurry(&self) {
+        self.hurry.store(true, Ordering::Relaxed);
+    }
+
+    /// Rest after `worked` so that work is at most the share of the time; at once when
+    /// hurried, even in the middle of a rest.
+    pub async fn rest(&self, worked: Duration) {
+        if self.cpu <= 0.0 || self.cpu >= 1.0 {
+            return;
+        }
+        let until = Instant::now() + worked.mul_f64((1.0 - self.cpu) / self.cpu);
+        while !self.hurry.load(Ordering::Relaxed) {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            tokio::time::sleep(left.min(Duration::from_millis(100))).await;
+        }
+    }
+}
 
 /// How many times a maintenance commit is prepared again after another writer won.
 const ATTEMPTS: usize = 10;

@@ -27,7 +27,7 @@ use iceberg::spec::{NullOrder, SortDirection, SortOrder, Transform};
 
 use crate::error::{Error, Result};
 
-/// Memory a sort holds before it spills.
+/// Memory a sort holds before it spills, unless told otherwise.
 pub const SORT_MEMORY: usize = 256 << 20;
 
 /// The columns (by name) and directions `order` sorts by, as far as the columns of
@@ -64,13 +64,14 @@ fn sort_columns(order: &SortOrder, schema: &iceberg::spec::Schema) -> Vec<(Strin
     out
 }
 
-/// `rows` (of the table's current schema, `arrow`) in `order`; as they come when the order
-/// sorts nothing.
+/// `rows` (of the table's current schema, `arrow`) in `order`, holding at most `memory`
+/// bytes before spilling; as they come when the order sorts nothing.
 pub fn sorted(
     rows: BoxStream<'static, Result<RecordBatch>>,
     arrow: SchemaRef,
     order: &SortOrder,
     schema: &iceberg::spec::Schema,
+    memory: usize,
 ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
     let columns = sort_columns(order, schema);
     if columns.is_empty() {
@@ -110,7 +111,7 @@ pub fn sorted(
     )?;
     let sort = SortExec::new(ordering, Arc::new(input));
     let runtime = RuntimeEnvBuilder::new()
-        .with_memory_limit(SORT_MEMORY, 1.0)
+        .with_memory_limit(memory, 1.0)
         .build_arc()?;
     let ctx = Arc::new(TaskContext::default().with_runtime(runtime));
     let stream = sort.execute(0, ctx)?;
