@@ -10,11 +10,13 @@
 //! The doc comment on each field is its reference documentation (`SHOW ALL VERBOSE`).
 
 use std::any::Any;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions};
 use datafusion::error::{DataFusionError, Result as DFResult};
 
+use crate::lake::maintenance::policy::{MaintenancePolicy, PREFIX as MAINTENANCE_PREFIX};
 use crate::sql::options::parse_duration;
 
 /// Settings of continuous jobs, read when a job starts.
@@ -30,6 +32,9 @@ pub struct FloeOptions {
     /// `table.dml-sync`: a continuous INSERT waits until its job ends (bounded sources, or
     /// Ctrl-C) instead of returning at once.
     pub dml_sync: bool,
+    /// `maintenance.*`: how the next continuous jobs maintain the tables they write (see
+    /// `lake::maintenance::policy`), with their prefix.
+    pub maintenance: BTreeMap<String, String>,
 }
 
 impl Default for FloeOptions {
@@ -39,6 +44,7 @@ impl Default for FloeOptions {
             checkpoint_interval: Duration::from_secs(10),
             state_dir: ".floe".to_string(),
             dml_sync: false,
+            maintenance: BTreeMap::new(),
         }
     }
 }
@@ -106,10 +112,18 @@ impl ExtensionOptions for FloeOptions {
                     }
                 };
             }
+            other if other.starts_with(MAINTENANCE_PREFIX) => {
+                let mut next = self.maintenance.clone();
+                next.insert(other.to_string(), value.to_string());
+                MaintenancePolicy::from_map(&next)
+                    .map_err(|e| DataFusionError::Configuration(format!("floe.{other}: {e}")))?;
+                self.maintenance = next;
+            }
             other => {
                 return Err(DataFusionError::Configuration(format!(
                     "unknown setting 'floe.{other}'; floe's settings are floe.{PIPELINE_NAME}, \
-                     floe.{CHECKPOINT_INTERVAL}, floe.{STATE_DIR} and floe.{DML_SYNC}"
+                     floe.{CHECKPOINT_INTERVAL}, floe.{STATE_DIR}, floe.{DML_SYNC} and \
+                     floe.{MAINTENANCE_PREFIX}*"
                 )));
             }
         }
@@ -140,6 +154,13 @@ impl ExtensionOptions for FloeOptions {
                 description: "Whether a continuous INSERT waits until its job ends.",
             },
         ]
+        .into_iter()
+        .chain(self.maintenance.iter().map(|(k, v)| ConfigEntry {
+            key: format!("floe.{k}"),
+            value: Some(v.clone()),
+            description: "How continuous jobs maintain the tables they write.",
+        }))
+        .collect()
     }
 }
 

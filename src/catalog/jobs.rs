@@ -1,4 +1,5 @@
-//! `floe.jobs`: the session's continuous jobs as a table, read afresh at every scan.
+//! `floe.jobs`: the session's continuous jobs as a table, read afresh at every scan; and
+//! `floe.table_health`: the tables they write, with their files and maintenance.
 //! `SHOW JOBS` is `SELECT * FROM floe.jobs`, and any query works over it:
 //!
 //! ```sql
@@ -9,7 +10,7 @@ use std::any::Any;
 use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{Float64Array, RecordBatch, StringArray, UInt64Array};
+use datafusion::arrow::array::{BooleanArray, Float64Array, RecordBatch, StringArray, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{Session as DataFusionSession, TableProvider};
 use datafusion::datasource::TableType;
@@ -19,8 +20,8 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 
 use crate::error::{Error, Result};
-use crate::stream::Jobs;
 use crate::stream::registry::JobRow;
+use crate::stream::{Jobs, TableHealth};
 
 /// The schema `floe.jobs` is registered in, in the session's default catalog.
 pub const JOBS_SCHEMA: &str = "floe";
@@ -41,23 +42,45 @@ static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         Field::new("last_checkpoint_at", DataType::Utf8, true),
         Field::new("watermark", DataType::Utf8, true),
         Field::new("error", DataType::Utf8, true),
+        Field::new("data_files", DataType::UInt64, true),
+        Field::new("mean_file_size", DataType::UInt64, true),
+        Field::new("last_maintenance", DataType::Utf8, true),
     ]))
 });
 
-/// The session's jobs as a table.
-pub struct JobsTable {
-    jobs: Arc<Jobs>,
+/// A table of the session's state, built afresh at every scan by `rows`.
+pub struct SessionView {
+    name: &'static str,
+    schema: SchemaRef,
+    rows: Box<dyn Fn() -> Result<RecordBatch> + Send + Sync>,
 }
 
-impl std::fmt::Debug for JobsTable {
+impl std::fmt::Debug for SessionView {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("JobsTable")
+        write!(f, "SessionView({})", self.name)
     }
 }
 
-impl JobsTable {
-    pub fn new(jobs: Arc<Jobs>) -> Self {
-        Self { jobs }
+/// `floe.jobs`: the session's jobs.
+pub fn jobs_table(jobs: Arc<Jobs>) -> SessionView {
+    SessionView {
+        name: "jobs",
+        schema: SCHEMA.clone(),
+        rows: Box::new(move || batch(&jobs.rows())),
+    }
+}
+
+/// `floe.table_health`: each table the session's jobs write, with its data files, their
+/// mean size, its snapshots and its last maintenance run (see `stream::maintain`).
+///
+/// ```sql
+/// SELECT table_name, data_files, mean_file_size FROM floe.table_health WHERE needs_attention;
+/// ```
+pub fn table_health(jobs: Arc<Jobs>) -> SessionView {
+    SessionView {
+        name: "table_health",
+        schema: HEALTH_SCHEMA.clone(),
+        rows: Box::new(move || health_batch(&jobs.table_health())),
     }
 }
 
@@ -96,19 +119,26 @@ fn batch(rows: &[JobRow]) -> Result<RecordBatch> {
             Arc::new(StringArray::from_iter(rows.iter().map(checkpoint_at))),
             Arc::new(StringArray::from_iter(rows.iter().map(watermark))),
             Arc::new(StringArray::from_iter(rows.iter().map(|r| r.error.clone()))),
+            Arc::new(UInt64Array::from_iter(rows.iter().map(|r| r.data_files))),
+            Arc::new(UInt64Array::from_iter(
+                rows.iter().map(|r| r.mean_file_size),
+            )),
+            Arc::new(StringArray::from_iter(
+                rows.iter().map(|r| r.last_maintenance.clone()),
+            )),
         ],
     )
     .map_err(|e| Error::Internal(format!("building floe.jobs: {e}")))
 }
 
 #[async_trait]
-impl TableProvider for JobsTable {
+impl TableProvider for SessionView {
     fn as_any(&self) -> &dyn Any {
         self
     }
 
     fn schema(&self) -> SchemaRef {
-        SCHEMA.clone()
+        self.schema.clone()
     }
 
     fn table_type(&self) -> TableType {
@@ -122,11 +152,77 @@ impl TableProvider for JobsTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
-        let batch = batch(&self.jobs.rows())?;
+        let batch = (self.rows)()?;
         Ok(MemorySourceConfig::try_new_exec(
             &[vec![batch]],
             self.schema(),
             projection.cloned(),
         )?)
     }
+}
+
+/// The columns of `floe.table_health`.
+static HEALTH_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
+    Arc::new(Schema::new(vec![
+        Field::new("job", DataType::Utf8, false),
+        Field::new("table_name", DataType::Utf8, false),
+        Field::new("data_files", DataType::UInt64, false),
+        Field::new("mean_file_size", DataType::UInt64, true),
+        Field::new("snapshots", DataType::UInt64, false),
+        Field::new("last_maintenance_at", DataType::Utf8, true),
+        Field::new("last_maintenance", DataType::Utf8, true),
+        Field::new("error", DataType::Utf8, true),
+        Field::new("needs_attention", DataType::Boolean, false),
+    ]))
+});
+
+/// A table needs attention with more than this many data files whose mean is under
+/// [`SMALL_MEAN`] bytes (files that small make planning and reading slow), or with more
+/// than [`MANY_SNAPSHOTS`] snapshots, or when its last maintenance failed.
+const SMALL_FILES: u64 = 100;
+const SMALL_MEAN: u64 = 16 << 20;
+const MANY_SNAPSHOTS: u64 = 1_000;
+
+fn health_batch(rows: &[(String, String, TableHealth)]) -> Result<RecordBatch> {
+    let at = |h: &TableHealth| {
+        h.maintained_at_ms
+            .and_then(chrono::DateTime::from_timestamp_millis)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+    };
+    let attention = |h: &TableHealth| {
+        h.error.is_some()
+            || h.snapshots > MANY_SNAPSHOTS
+            || (h.data_files > SMALL_FILES && h.mean_file_size().is_some_and(|m| m < SMALL_MEAN))
+    };
+    RecordBatch::try_new(
+        HEALTH_SCHEMA.clone(),
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r.0.clone()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r.1.clone()),
+            )),
+            Arc::new(UInt64Array::from_iter_values(
+                rows.iter().map(|r| r.2.data_files),
+            )),
+            Arc::new(UInt64Array::from_iter(
+                rows.iter().map(|r| r.2.mean_file_size()),
+            )),
+            Arc::new(UInt64Array::from_iter_values(
+                rows.iter().map(|r| r.2.snapshots),
+            )),
+            Arc::new(StringArray::from_iter(rows.iter().map(|r| at(&r.2)))),
+            Arc::new(StringArray::from_iter(
+                rows.iter().map(|r| r.2.maintenance.clone()),
+            )),
+            Arc::new(StringArray::from_iter(
+                rows.iter().map(|r| r.2.error.clone()),
+            )),
+            Arc::new(BooleanArray::from_iter(
+                rows.iter().map(|r| Some(attention(&r.2))),
+            )),
+        ],
+    )
+    .map_err(|e| Error::Internal(format!("building floe.table_health: {e}")))
 }

@@ -9,6 +9,7 @@ use super::{Output, Session};
 use crate::catalog::table::LakeTable;
 use crate::checkpoint::StateStore;
 use crate::error::{Error, Result};
+use crate::lake::maintenance::policy::MaintenancePolicy;
 use crate::sink::route::RouteOptions;
 use crate::sql::Options;
 use crate::sql::statement::*;
@@ -92,6 +93,28 @@ impl Session {
         self.launch_job(target, query).await
     }
 
+    /// How a job writing `target` maintains its tables: the session's `maintenance.*`
+    /// settings, with a routed INSERT's own `maintenance.*` options over them.
+    fn maintenance(
+        &self,
+        options: &crate::config::FloeOptions,
+        target: &Target,
+    ) -> Result<Option<MaintenancePolicy>> {
+        let mut map = options.maintenance.clone();
+        if let Destination::Routed { options, .. } = &target.destination {
+            map.extend(options.maintenance.clone());
+        }
+        let policy = MaintenancePolicy::from_map(&map)?;
+        if policy.is_some() && target.committer.is_none() {
+            return Err(Error::Unsupported(format!(
+                "maintenance in a job writing catalog {}: it commits through floe's own path, \
+                 which sql and rest catalogs have",
+                target.catalog_name
+            )));
+        }
+        Ok(policy)
+    }
+
     /// Start a continuous job writing `query`'s rows to `target`; with `table.dml-sync`,
     /// wait for it to end.
     pub(super) async fn launch_job(
@@ -109,6 +132,7 @@ impl Session {
             target.to_string(),
             query.sources().map(|s| s.name.clone()).collect(),
         ));
+        let maintenance = self.maintenance(&options, &target)?;
         self.jobs.start(Job {
             name: name.clone(),
             target,
@@ -116,6 +140,7 @@ impl Session {
             interval: options.checkpoint_interval,
             store: StateStore::new(&options.state_dir),
             status,
+            maintenance,
         })?;
         if !options.dml_sync {
             return Ok(Output::Done(format!("job '{name}' started")));

@@ -26,7 +26,7 @@ use datafusion::prelude::SessionConfig;
 use datafusion::sql::parser::{DFParserBuilder, Statement as DFStatement};
 use datafusion::sql::sqlparser::ast::{Ident, ObjectName, Set, Statement as SQLStatement};
 
-use crate::catalog::jobs::{JOBS_SCHEMA, JobsTable};
+use crate::catalog::jobs::{JOBS_SCHEMA, jobs_table, table_health};
 use crate::config::{FloeOptions, qualify_setting};
 use crate::connector::SourceRef;
 use crate::error::{Error, Result};
@@ -125,7 +125,8 @@ impl Session {
         let jobs = Arc::new(Jobs::default());
         // `floe.jobs` in the default catalog (a fresh one: neither registration can clash).
         let schema = Arc::new(MemorySchemaProvider::new());
-        let _ = schema.register_table("jobs".into(), Arc::new(JobsTable::new(jobs.clone())));
+        let _ = schema.register_table("jobs".into(), Arc::new(jobs_table(jobs.clone())));
+        let _ = schema.register_table("table_health".into(), Arc::new(table_health(jobs.clone())));
         let default_catalog = ctx
             .state()
             .config()

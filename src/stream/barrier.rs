@@ -6,7 +6,8 @@
 //!           -> write the checkpoint record (durably) -> commit each table once, on a thread
 //!              of its own while the job reads on (awaited when the job ends)
 //! settle:   the commits are done -> each table's new base (sinks re-base what they staged
-//!           meanwhile) -> SHOW JOBS shows the checkpoint
+//!           meanwhile) -> the tables' maintenance (stream::maintain), never waited for
+//!           -> SHOW JOBS shows the checkpoint
 //! ```
 //!
 //! The next record waits for the last one's commits: recovery commits what the last record
@@ -122,6 +123,10 @@ impl Runner<'_> {
         let commit_ms = c.commits.elapsed().as_millis() as u64;
         let left_out = self.data.after_commit(&c.record.tables, &committed).await?;
         self.dead.after_commit(&c.record.tables, &committed).await?;
+        self.job.status.committed(&committed);
+        if let Some(m) = &mut self.maintainer {
+            m.committed(&committed).await?;
+        }
         let status = &self.job.status;
         status
             .commit_duration_ms

@@ -18,6 +18,7 @@ use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use tokio::sync::watch;
 
 use super::barrier::Committing;
+use super::maintain::Maintainer;
 use super::query::ContinuousQuery;
 use super::status::{JobState, JobStatus};
 use super::watermark::WatermarkTracker;
@@ -26,6 +27,7 @@ use crate::checkpoint::{Mark, StateStore, TableMarks, commit_all, resume};
 use crate::connector::{Offsets, Origins, Poll, SourceReader};
 use crate::error::Result;
 use crate::lake::Committer;
+use crate::lake::maintenance::policy::MaintenancePolicy;
 use crate::sink::dead_letter::{self, DeadLetter, DeadLetters, letters_of, row_json};
 use crate::sink::route::{RouteOptions, RoutedSink};
 use crate::sink::table::TableTarget;
@@ -85,6 +87,8 @@ pub struct Job {
     pub interval: Duration,
     pub store: StateStore,
     pub status: Arc<JobStatus>,
+    /// How the job maintains the tables it writes, if it does.
+    pub maintenance: Option<MaintenancePolicy>,
 }
 
 pub(super) struct Runner<'a> {
@@ -100,6 +104,8 @@ pub(super) struct Runner<'a> {
     pub(super) committed_offsets: BTreeMap<String, Offsets>,
     /// The last checkpoint, while its commits run.
     pub(super) committing: Option<Committing>,
+    /// The tables' maintenance, when the job does it.
+    pub(super) maintainer: Option<Maintainer>,
 }
 
 /// The first wait after an external failure; it doubles up to [`MAX_BACKOFF`].
@@ -241,6 +247,15 @@ impl Job {
             }
         };
         runner.checkpoint(true).await?;
+        if end == JobState::Finished
+            && let Some(m) = &mut runner.maintainer
+        {
+            // STOP JOB (or a signal) meanwhile drops the run: the job is done already.
+            tokio::select! {
+                done = m.finish() => done?,
+                _ = stop.changed() => {}
+            }
+        }
         Ok(end)
     }
 }
@@ -365,6 +380,16 @@ impl<'a> Runner<'a> {
             checkpoint,
             committed_offsets,
             committing: None,
+            maintainer: job.maintenance.clone().zip(target.committer.clone()).map(
+                |(policy, committer)| {
+                    Maintainer::new(
+                        policy,
+                        target.catalog.clone(),
+                        committer,
+                        job.status.clone(),
+                    )
+                },
+            ),
         })
     }
 

@@ -3,6 +3,7 @@
 
 pub mod barrier;
 pub mod job;
+pub mod maintain;
 pub mod planner;
 pub mod query;
 pub mod registry;
@@ -16,4 +17,4 @@ pub use planner::QueryPlanner;
 pub use query::{ContinuousQuery, sources_of};
 pub use registry::Jobs;
 pub use source_table::SourceTable;
-pub use status::{JobState, JobStatus};
+pub use status::{JobState, JobStatus, TableHealth};

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use super::job::Job;
-use super::status::{JobState, JobStatus};
+use super::status::{JobState, JobStatus, TableHealth};
 use crate::error::{Error, Result};
 use crate::task::AbortOnDrop;
 
@@ -20,7 +20,7 @@ struct Entry {
 }
 
 /// One row of `SHOW JOBS`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct JobRow {
     pub name: String,
     pub state: String,
@@ -39,6 +39,11 @@ pub struct JobRow {
     /// Records waiting in the sources, when they can tell.
     pub lag: Option<u64>,
     pub error: Option<String>,
+    /// The data files of the tables it writes, and their mean size.
+    pub data_files: Option<u64>,
+    pub mean_file_size: Option<u64>,
+    /// Its latest maintenance run: the table and what was done (or why it failed).
+    pub last_maintenance: Option<String>,
 }
 
 /// The session's jobs.
@@ -201,8 +206,52 @@ impl Jobs {
                     watermark: Some(s.watermark.load(Ordering::Relaxed)).filter(|w| *w != i64::MIN),
                     lag: Some(s.lag.load(Ordering::Relaxed)).filter(|l| *l != u64::MAX),
                     error,
+                    ..health_of(s)
                 }
             })
             .collect()
+    }
+
+    /// Each table each job writes, with its health: `(job, table, health)`.
+    pub fn table_health(&self) -> Vec<(String, String, TableHealth)> {
+        let Ok(jobs) = self.jobs.lock() else {
+            return Vec::new();
+        };
+        jobs.values()
+            .flat_map(|e| {
+                let tables = e
+                    .status
+                    .tables
+                    .lock()
+                    .map(|t| t.clone())
+                    .unwrap_or_default();
+                let job = e.status.name.clone();
+                tables
+                    .into_iter()
+                    .map(move |(table, h)| (job.clone(), table, h))
+            })
+            .collect()
+    }
+}
+
+/// The table figures of a job's row (the rest left empty).
+fn health_of(status: &JobStatus) -> JobRow {
+    let tables = status.tables.lock().map(|t| t.clone()).unwrap_or_default();
+    let files: u64 = tables.values().map(|h| h.data_files).sum();
+    let bytes: u64 = tables.values().map(|h| h.data_bytes).sum();
+    let last = tables
+        .iter()
+        .filter_map(|(name, h)| Some((h.maintained_at_ms?, name, h)))
+        .max_by_key(|(at, _, _)| *at)
+        .map(|(_, name, h)| match (&h.error, &h.maintenance) {
+            (Some(e), _) => format!("{name}: failed: {e}"),
+            (None, Some(what)) => format!("{name}: {what}"),
+            (None, None) => name.clone(),
+        });
+    JobRow {
+        data_files: (!tables.is_empty()).then_some(files),
+        mean_file_size: (files > 0).then(|| bytes / files),
+        last_maintenance: last,
+        ..JobRow::default()
     }
 }

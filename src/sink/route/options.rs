@@ -43,6 +43,8 @@ pub struct RouteOptions {
     /// Columns (nested fields included) a table may grow to; records that would give it
     /// more are dead letters (a stream that invents field names cannot grow it forever).
     pub max_columns: usize,
+    /// The `maintenance.*` options (with their prefix), read by the job.
+    pub maintenance: BTreeMap<String, String>,
 }
 
 impl RouteOptions {
@@ -59,6 +61,16 @@ impl RouteOptions {
         let int_integers =
             options.take_choice("json.infer.integers", &["long", "int"])? == Some("int");
         let table_properties = options.take_prefixed("table.properties.");
+        let maintenance = options
+            .take_prefixed(crate::lake::maintenance::policy::PREFIX)
+            .into_iter()
+            .map(|(k, v)| {
+                (
+                    format!("{}{k}", crate::lake::maintenance::policy::PREFIX),
+                    v,
+                )
+            })
+            .collect();
         let dead_letter_table = options
             .take_str("dead-letter.table")
             .unwrap_or_else(|| crate::sink::dead_letter::DEAD_LETTER_TABLE.to_string());
@@ -86,6 +98,7 @@ impl RouteOptions {
             cache_max_size,
             cache_refresh,
             max_columns,
+            maintenance,
         })
     }
 }
