@@ -20,33 +20,14 @@
 //! tables and the final checkpoint included. `FLOE_BENCH_WITH` sets the routed INSERT's `WITH`
 //! clause, `FLOE_BENCH_TABLES` runs one table count only (for profiling).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 mod common;
+use common::{env, peak_rss_mib};
 
 /// The binary's allocator (see src/main.rs): memory figures are the binary's.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// Peak resident memory of this process so far, in MiB (Linux).
-fn peak_rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(f64::NAN, |kb| kb / 1024.0)
-}
-
-fn env<T: std::str::FromStr>(key: &str) -> Option<T> {
-    std::env::var(key).ok().map(|v| {
-        v.parse()
-            .unwrap_or_else(|_| panic!("{key}: not a valid value: {v}"))
-    })
-}
 
 fn insert(tables: u64) -> String {
     format!(
@@ -81,32 +62,13 @@ fn run(dir: &std::path::Path, tables: u64) -> f64 {
             rate
         } else {
             let checkpoints: u64 = env("FLOE_BENCH_CHECKPOINTS").unwrap_or(3);
-            session
-                .sql("SET 'table.dml-sync' = 'false'")
-                .await
-                .expect("set");
-            session.sql(&insert(tables)).await.expect("job");
-            // From the end of the first checkpoint to the end of `checkpoints` more.
-            let until = |n: u64| {
-                let session = &session;
-                async move {
-                    loop {
-                        let j = job(session);
-                        assert!(j.error.is_none(), "{j:?}");
-                        if j.checkpoint >= n {
-                            return (Instant::now(), j.records_out);
-                        }
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
-                }
-            };
-            let (t0, r0) = until(1).await;
-            let (t1, r1) = until(1 + checkpoints).await;
-            session
-                .sql(&format!("STOP JOB 'bench-{tables}'"))
-                .await
-                .expect("stop");
-            (r1 - r0) as f64 / (t1 - t0).as_secs_f64()
+            common::sustained_rate(
+                &session,
+                &format!("bench-{tables}"),
+                &insert(tables),
+                checkpoints,
+            )
+            .await
         };
         let j = job(&session);
         println!(

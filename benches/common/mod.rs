@@ -1,4 +1,7 @@
-//! What the benchmarks share: one runtime thread, and a session on a lake in a folder.
+//! What the benchmarks share: one runtime thread, a session on a lake in a folder, settings
+//! from the environment, peak memory, and a running job's sustained rate.
+
+use std::time::{Duration, Instant};
 
 use floe::Session;
 
@@ -29,4 +32,64 @@ pub async fn lake_session(dir: &std::path::Path, setup: &str) -> Session {
         .await
         .expect("setup");
     session
+}
+
+/// Setting `key` from the environment, if set.
+#[allow(dead_code)]
+pub fn env<T: std::str::FromStr>(key: &str) -> Option<T> {
+    std::env::var(key).ok().map(|v| {
+        v.parse()
+            .unwrap_or_else(|_| panic!("{key}: not a valid value: {v}"))
+    })
+}
+
+/// Peak resident memory of this process so far, in MiB (Linux).
+#[allow(dead_code)]
+pub fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+/// Start `insert` (a continuous INSERT of job `job`) and measure its sustained rate: rows
+/// written per second from the end of its first checkpoint to the end of `checkpoints`
+/// more; the job is stopped after.
+#[allow(dead_code)]
+pub async fn sustained_rate(session: &Session, job: &str, insert: &str, checkpoints: u64) -> f64 {
+    let row = |session: &Session| {
+        session
+            .jobs()
+            .rows()
+            .into_iter()
+            .find(|r| r.name == job)
+            .expect("the job")
+    };
+    session
+        .sql("SET 'table.dml-sync' = 'false'")
+        .await
+        .expect("set");
+    session.sql(insert).await.expect("job");
+    let until = |n: u64| async move {
+        loop {
+            let j = row(session);
+            assert!(j.error.is_none(), "{j:?}");
+            if j.checkpoint >= n {
+                return (Instant::now(), j.records_out);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let (t0, r0) = until(1).await;
+    let (t1, r1) = until(1 + checkpoints).await;
+    session
+        .sql(&format!("STOP JOB '{job}'"))
+        .await
+        .expect("stop");
+    (r1 - r0) as f64 / (t1 - t0).as_secs_f64()
 }
