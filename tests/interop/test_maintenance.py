@@ -40,6 +40,19 @@ def orders_job(lake: SqlLake, workdir: Path, rows: int, rate: int, interval: str
     return script
 
 
+def crash_at(floe_bin: Path, workdir: Path, script: Path, failpoint: str) -> None:
+    """Run `script` until FLOE_FAILPOINT=`failpoint` kills it; fail if it does not."""
+    crashed = subprocess.run(
+        [str(floe_bin), "-q", "-f", str(script)],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "FLOE_FAILPOINT": failpoint},
+    )
+    assert crashed.returncode != 0, f"failpoint {failpoint} did not fire:\n{crashed.stderr}"
+
+
 def call(floe_bin: Path, lake: SqlLake, cwd: Path, sql: str, env: dict | None = None) -> dict:
     """Run one CALL in its own floe process; its one result row."""
     if env is None:
@@ -303,15 +316,7 @@ def test_orphan_removal_after_a_crash_mid_checkpoint_keeps_what_the_job_will_com
     # Killed halfway through writing its 3rd commit's metadata file: that commit's
     # manifests, manifest list and torn metadata file are orphans; its data files are named
     # by the checkpoint record, which the next start commits.
-    crashed = subprocess.run(
-        [str(floe_bin), "-q", "-f", str(script)],
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "FLOE_FAILPOINT": "in-metadata-write:3"},
-    )
-    assert crashed.returncode != 0, "the failpoint did not fire"
+    crash_at(floe_bin, workdir, script, "in-metadata-write:3")
     table_dir = lake.warehouse / "shop" / "orders"
     stray = table_dir / "data" / "stray.parquet"
     stray.write_bytes(b"not a table's file")
@@ -464,3 +469,89 @@ def test_procedures_on_the_rest_catalog_over_s3(rest_catalog_factory, run_floe):
         assert len(table.snapshots()) == 1
     finally:
         drop_rest_namespace(rest, ns, ["t"])
+
+
+MAINTAINED = """
+SET 'maintenance.compaction' = 'on'; SET 'maintenance.interval' = '1s';
+SET 'maintenance.min-input-files' = '4'; SET 'maintenance.snapshot-retention' = '2s';
+SET 'maintenance.min-snapshots' = '5'; SET 'maintenance.cpu' = '0.5';
+"""
+
+
+def files_per_partition(table) -> dict:
+    counts: dict = {}
+    for f in table.inspect.files().to_pylist():
+        key = json.dumps(f["partition"], sort_keys=True, default=str)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def test_a_job_compacts_and_expires_its_table_while_killed_at_any_point(
+    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+):
+    rows = 30_000
+    workdir = tmp_path / "work"
+    script = orders_job(lake, workdir, rows, rate=3_000, interval="200ms")
+    script.write_text(script.read_text().replace("SET 'pipeline.name'", MAINTAINED + "SET 'pipeline.name'"))
+    # Killed just before its second maintenance commit, then at random points, then run to
+    # its end.
+    crash_at(floe_bin, workdir, script, "maintenance-commit:2")
+    kill_runs(floe_bin, workdir, script, runs=3, after=(1.0, 3.0))
+    run_to_end(floe_bin, workdir, script)
+    table = lake.pyiceberg().load_table("shop.orders")
+    assert order_ids(table) == list(range(1, rows + 1))
+    ops = [s.summary.operation.value for s in table.snapshots()]
+    assert "replace" in ops, ops
+    # Maintenance kept up: a bounded job's last run leaves each partition compacted, and
+    # expiry kept the snapshots few.
+    per_partition = files_per_partition(table)
+    assert max(per_partition.values()) < 4, per_partition
+    assert len(table.snapshots()) < 60, len(table.snapshots())
+    (n,) = duck.execute(f"SELECT count(*) FROM iceberg_scan('{table.metadata_location}')").fetchone()
+    assert n == rows
+
+
+def test_a_routed_job_maintains_every_table_it_writes(
+    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+):
+    workdir = tmp_path / "work"
+    script = write_job(lake, workdir, rate=20_000, interval="100ms")
+    script.write_text(
+        script.read_text().replace(
+            "WITH ('partition.candidates' = 'event_date, truncate(8, user_agent)')",
+            "WITH ('partition.candidates' = 'event_date, truncate(8, user_agent)', "
+            "'maintenance.compaction' = 'on', 'maintenance.interval' = '1s', "
+            "'maintenance.min-input-files' = '3')",
+        ).replace("SET 'pipeline.name'", "SET 'table.dml-sync' = 'true'; SET 'pipeline.name'")
+        + "\nSELECT table_name, data_files, last_maintenance FROM floe.table_health ORDER BY table_name;\n"
+    )
+    done = subprocess.run(
+        [str(floe_bin), "-q", "--format", "ndjson", "-f", str(script)],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    health = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    names = [h["table_name"] for h in health]
+    assert names == [
+        "analytics.dead_letters",
+        "analytics.interaction_events",
+        "analytics.order_events",
+        "analytics.page_view_events",
+    ] or names == [
+        "analytics.interaction_events",
+        "analytics.order_events",
+        "analytics.page_view_events",
+    ], health
+    events = [h for h in health if h["table_name"] != "analytics.dead_letters"]
+    assert all("compacted" in (h["last_maintenance"] or "") for h in events), health
+    check_tables(lake, duck)
+    catalog = lake.pyiceberg()
+    for name in ("interaction_events", "order_events", "page_view_events"):
+        table = catalog.load_table(f"analytics.{name}")
+        # Every partition, of the current spec, in fewer than 3 files.
+        current = table.spec().spec_id
+        assert {f["spec_id"] for f in table.inspect.files().to_pylist()} == {current}, name
+        assert max(files_per_partition(table).values()) < 3, (name, files_per_partition(table))
