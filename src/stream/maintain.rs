@@ -123,16 +123,23 @@ impl Maintainer {
 
     /// Start a run over the tables worth a look.
     fn start(&mut self) {
-        let expiry = self.policy.snapshot_retention.is_some();
-        let due: Vec<TableIdent> = self
+        // The last run looks at every table: tiered runs may have left files of unlike
+        // sizes in a partition, which only it packs together.
+        let every = self.last || self.policy.snapshot_retention.is_some();
+        let mut due: Vec<TableIdent> = self
             .files
             .iter()
             .filter(|(ident, files)| {
                 let before = self.looked.get(*ident).copied().unwrap_or(0);
-                expiry || **files >= before + self.policy.min_input_files as u64
+                every || **files >= before + self.policy.min_input_files as u64
             })
             .map(|(ident, _)| ident.clone())
             .collect();
+        // The tables that gained the most files since they were last looked at first.
+        due.sort_by_key(|ident| {
+            let before = self.looked.get(ident).copied().unwrap_or(0);
+            std::cmp::Reverse(self.files[ident].saturating_sub(before))
+        });
         if due.is_empty() {
             return;
         }
@@ -147,13 +154,13 @@ impl Maintainer {
         let committer = self.committer.clone();
         self.run = Some(runtime::spawn_maintenance(async move {
             let mut out = Vec::new();
+            pace.begin();
             for ident in due {
                 let table = Maintained {
                     catalog: catalog.clone(),
                     committer: committer.clone(),
                     ident,
                 };
-                let began = Instant::now();
                 let done = maintain(&table, &policy, &pace, tiered).await;
                 let mut after = TableHealth::default();
                 if let Ok(t) = table.load().await {
@@ -162,7 +169,7 @@ impl Maintainer {
                 // Shown as each table is done, not at the run's end.
                 record(&status, &table.ident, done, &after);
                 out.push((table.ident, after));
-                pace.rest(began.elapsed()).await;
+                pace.rest().await;
             }
             out
         }));

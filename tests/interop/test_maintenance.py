@@ -555,3 +555,42 @@ def test_a_routed_job_maintains_every_table_it_writes(
         current = table.spec().spec_id
         assert {f["spec_id"] for f in table.inspect.files().to_pylist()} == {current}, name
         assert max(files_per_partition(table).values()) < 3, (name, files_per_partition(table))
+
+
+def test_a_rewrite_whose_files_another_rewrite_replaced_gives_up_cleanly(
+    floe_bin: Path, lake: SqlLake, tmp_path: Path
+):
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    run_floe_in(
+        floe_bin,
+        workdir,
+        lake.ddl(),
+        "CREATE SCHEMA lake.shop",
+        "CREATE TABLE lake.shop.t (id BIGINT, part STRING) PARTITIONED BY (part)",
+        *[f"INSERT INTO lake.shop.t VALUES ({i}, 'p{i % 2}')" for i in range(1, 11)],
+    )
+    rewrite = "CALL lake.system.rewrite_data_files(table => 'shop.t', min_input_files => 2)"
+    paused = subprocess.Popen(
+        [str(floe_bin), "-q", "--format", "ndjson", "-c", lake.ddl(), "-c", rewrite],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "FLOE_PAUSE": "maintenance-commit:3000"},
+    )
+    line = paused.stderr.readline()
+    assert "paused at maintenance-commit" in line, line
+    # Another rewrite of the same files commits first.
+    first = call(floe_bin, lake, workdir, rewrite)
+    assert first["rewritten_data_files_count"] == 10, first
+    out, err = paused.communicate(timeout=120)
+    assert paused.returncode != 0, out
+    assert "10 of the 10 files this rewrite read are no longer in the table" in err, err
+    assert "nothing was committed" in err, err
+    table = lake.pyiceberg().load_table("shop.t")
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(1, 11))
+    assert [s.summary.operation.value for s in table.snapshots()].count("replace") == 1
+    # The loser deleted the files it wrote: every data file on disk is the table's.
+    on_disk = {str(p) for p in (lake.warehouse / "shop" / "t" / "data").rglob("*.parquet")}
+    assert on_disk <= referenced_by_table(table), on_disk - referenced_by_table(table)

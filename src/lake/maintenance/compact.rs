@@ -121,10 +121,9 @@ pub async fn rewrite_data_files(table: &Maintained, options: &CompactOptions) ->
         rewrite
             .removed
             .extend(bin.iter().map(|c| c.task.data_file_path.clone()));
-        let began = std::time::Instant::now();
         let written = rewrite_bin(&base, target, options.memory, bin).await;
         if let Some(pace) = &options.pace {
-            pace.rest(began.elapsed()).await;
+            pace.rest().await;
         }
         match written {
             Ok(files) => rewrite.added.extend(files),

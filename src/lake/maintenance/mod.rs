@@ -17,7 +17,7 @@ pub mod sort;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use iceberg::table::Table;
@@ -34,6 +34,8 @@ use crate::failpoint;
 pub struct Pace {
     cpu: f64,
     hurry: Arc<AtomicBool>,
+    /// The worker's CPU clock (ns) when it last rested, `u64::MAX` before it first works.
+    rested: Arc<AtomicU64>,
 }
 
 impl Pace {
@@ -42,6 +44,7 @@ impl Pace {
         Self {
             cpu,
             hurry: Arc::default(),
+            rested: Arc::new(AtomicU64::new(u64::MAX)),
         }
     }
 
@@ -50,9 +53,31 @@ impl Pace {
         self.hurry.store(true, Ordering::Relaxed);
     }
 
-    /// Rest after `worked` so that work is at most the share of the time; at once when
-    /// hurried, even in the middle of a rest.
-    pub async fn rest(&self, worked: Duration) {
+    /// Note that work begins here (on the thread that does it): the first rest counts from
+    /// this point.
+    pub fn begin(&self) {
+        let now = clock().as_nanos() as u64;
+        let _ = self
+            .rested
+            .compare_exchange(u64::MAX, now, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Rest for the work done since the last rest (or [`Pace::begin`]) so that work is at
+    /// most the share of the time; at once when hurried, even in the middle of a rest.
+    pub async fn rest(&self) {
+        let now = clock();
+        let last = self.rested.load(Ordering::Relaxed);
+        let worked = if last == u64::MAX {
+            Duration::ZERO
+        } else {
+            now.saturating_sub(Duration::from_nanos(last))
+        };
+        self.pause(worked).await;
+        self.rested
+            .store(clock().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    async fn pause(&self, worked: Duration) {
         if self.cpu <= 0.0 || self.cpu >= 1.0 {
             return;
         }
@@ -65,6 +90,25 @@ impl Pace {
             tokio::time::sleep(left.min(Duration::from_millis(100))).await;
         }
     }
+}
+
+/// The CPU time this thread has used. Maintenance measures its work by it (on its runtime's
+/// one worker), not by the wall clock, which would count waits on the catalog, the store and
+/// lost commits as work.
+fn clock() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given, which lives here.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0;
+    if !ok {
+        return Duration::ZERO;
+    }
+    Duration::new(
+        t.tv_sec.max(0) as u64,
+        t.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
 }
 
 /// How many times a maintenance commit is prepared again after another writer won.
