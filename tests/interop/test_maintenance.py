@@ -188,9 +188,8 @@ def test_old_partition_specs_compact_into_the_current_one(
     assert spec_ids == [{"spec_id": current}]
 
 
-def test_a_rewrite_racing_pyiceberg_appends_loses_no_rows(
-    floe_bin: Path, lake: SqlLake, tmp_path: Path
-):
+def small_files_table(floe_bin: Path, lake: SqlLake, tmp_path: Path, files: int) -> Path:
+    """Table lake.shop.t of `files` one-row files in two partitions; floe's working folder."""
     workdir = tmp_path / "work"
     workdir.mkdir()
     run_floe_in(
@@ -199,8 +198,15 @@ def test_a_rewrite_racing_pyiceberg_appends_loses_no_rows(
         lake.ddl(),
         "CREATE SCHEMA lake.shop",
         "CREATE TABLE lake.shop.t (id BIGINT, part STRING) PARTITIONED BY (part)",
-        *[f"INSERT INTO lake.shop.t VALUES ({i}, 'p{i % 2}')" for i in range(1, 21)],
+        *[f"INSERT INTO lake.shop.t VALUES ({i}, 'p{i % 2}')" for i in range(1, files + 1)],
     )
+    return workdir
+
+
+def test_a_rewrite_racing_pyiceberg_appends_loses_no_rows(
+    floe_bin: Path, lake: SqlLake, tmp_path: Path
+):
+    workdir = small_files_table(floe_bin, lake, tmp_path, 20)
     catalog = lake.pyiceberg()
     # The rewrite pauses before its commit; pyiceberg appends meanwhile, so floe's first
     # commit loses and it prepares again on the table with the appends.
@@ -560,16 +566,7 @@ def test_a_routed_job_maintains_every_table_it_writes(
 def test_a_rewrite_whose_files_another_rewrite_replaced_gives_up_cleanly(
     floe_bin: Path, lake: SqlLake, tmp_path: Path
 ):
-    workdir = tmp_path / "work"
-    workdir.mkdir()
-    run_floe_in(
-        floe_bin,
-        workdir,
-        lake.ddl(),
-        "CREATE SCHEMA lake.shop",
-        "CREATE TABLE lake.shop.t (id BIGINT, part STRING) PARTITIONED BY (part)",
-        *[f"INSERT INTO lake.shop.t VALUES ({i}, 'p{i % 2}')" for i in range(1, 11)],
-    )
+    workdir = small_files_table(floe_bin, lake, tmp_path, 10)
     rewrite = "CALL lake.system.rewrite_data_files(table => 'shop.t', min_input_files => 2)"
     paused = subprocess.Popen(
         [str(floe_bin), "-q", "--format", "ndjson", "-c", lake.ddl(), "-c", rewrite],
