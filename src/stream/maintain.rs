@@ -223,6 +223,7 @@ async fn maintain(
         let options = CompactOptions {
             target_file_size: Some(policy.target_file_size),
             min_input_files: policy.min_input_files,
+            small_file_age: Some(policy.small_file_age),
             filter: None,
             memory: Some(policy.memory),
             pace: Some(pace.clone()),

@@ -591,3 +591,24 @@ def test_a_rewrite_whose_files_another_rewrite_replaced_gives_up_cleanly(
     # The loser deleted the files it wrote: every data file on disk is the table's.
     on_disk = {str(p) for p in (lake.warehouse / "shop" / "t" / "data").rglob("*.parquet")}
     assert on_disk <= referenced_by_table(table), on_disk - referenced_by_table(table)
+
+
+def test_a_jobs_small_files_are_compacted_once_old_however_few(
+    floe_bin: Path, lake: SqlLake, tmp_path: Path
+):
+    workdir = tmp_path / "work"
+    script = orders_job(lake, workdir, 6_000, rate=3_000, interval="200ms")
+    # Never by count (1,000 files); by age: two or more small files, one older than 1 s.
+    script.write_text(
+        script.read_text().replace(
+            "SET 'pipeline.name'",
+            "SET 'maintenance.compaction' = 'on'; SET 'maintenance.interval' = '500ms'; "
+            "SET 'maintenance.min-input-files' = '1000'; "
+            "SET 'maintenance.small-file-age' = '1s'; SET 'pipeline.name'",
+        )
+    )
+    run_to_end(floe_bin, workdir, script)
+    table = lake.pyiceberg().load_table("shop.orders")
+    assert order_ids(table) == list(range(1, 6_001))
+    assert "replace" in [s.summary.operation.value for s in table.snapshots()]
+    assert max(files_per_partition(table).values()) == 1, files_per_partition(table)

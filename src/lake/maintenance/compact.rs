@@ -5,8 +5,9 @@
 //! ```text
 //! plan the current snapshot's files (optionally those a filter may match)
 //! -> candidates: files under 3/4 of the target, files of an older spec, files with deletes
-//! -> groups by (spec, partition) worth rewriting: at least `min_input_files` files, more
-//!    than a target's worth, or any old-spec file or file with deletes
+//! -> groups by (spec, partition) worth rewriting: at least `min_input_files` files, two or
+//!    more with one older than `small_file_age`, more than a target's worth, or any old-spec
+//!    file or file with deletes
 //! -> bins of about the target size -> read (deletes applied) -> sorted by the table's
 //!    sort order, if it has one (maintenance::sort) -> write (current spec)
 //! -> one replace commit of every bin, prepared on the table as it is (lake::commit::replace)
@@ -35,8 +36,10 @@ use crate::lake::read;
 pub struct CompactOptions {
     /// The size files are packed to (`None`: the table's `write.target-file-size-bytes`).
     pub target_file_size: Option<u64>,
-    /// A partition's small files are rewritten once there are this many.
+    /// A partition's small files are rewritten once there are this many...
     pub min_input_files: usize,
+    /// ...or once one of them (of two or more) is older than this.
+    pub small_file_age: Option<std::time::Duration>,
     /// Only files that may hold rows matching this are considered.
     pub filter: Option<Predicate>,
     /// Memory a rewrite holds at most (its sort and its row groups being written); `None`:
@@ -56,6 +59,7 @@ impl Default for CompactOptions {
         Self {
             target_file_size: None,
             min_input_files: 5,
+            small_file_age: None,
             filter: None,
             memory: None,
             pace: None,
@@ -83,6 +87,8 @@ struct Candidate {
     size: u64,
     spec_id: i32,
     partition: Struct,
+    /// When the snapshot that added it was committed, if it is still the table's.
+    added_ms: Option<i64>,
 }
 
 /// Compact `table` (see the module doc).
@@ -171,17 +177,27 @@ async fn plan(
     }
     let tasks: Vec<FileScanTask> = scan.build()?.plan_files().await?.try_collect().await?;
     let (data, _) = live_data_entries(base).await?;
-    let entries: HashMap<String, (i32, DataFile)> = data
+    // Each live file's spec, and when the snapshot that added it was committed (unknown
+    // once that snapshot expired: old).
+    let entries: HashMap<String, (i32, DataFile, Option<i64>)> = data
         .into_iter()
         .flat_map(|(file, entries)| {
             entries.into_iter().map(move |e| {
+                let added = e.snapshot_id.unwrap_or(file.added_snapshot_id);
                 (
                     e.file_path().to_string(),
-                    (file.partition_spec_id, e.data_file),
+                    (
+                        file.partition_spec_id,
+                        e.data_file,
+                        md.snapshot_by_id(added).map(|s| s.timestamp_ms()),
+                    ),
                 )
             })
         })
         .collect();
+    let old_before = options.small_file_age.map(|age| {
+        chrono::Utc::now().timestamp_millis() - i64::try_from(age.as_millis()).unwrap_or(i64::MAX)
+    });
     let small = target / 4 * 3;
     let mut groups: BTreeMap<(i32, String, u32), Vec<Candidate>> = BTreeMap::new();
     let mut seen = HashSet::new();
@@ -189,7 +205,7 @@ async fn plan(
         if !seen.insert(task.data_file_path.clone()) {
             continue;
         }
-        let Some((spec_id, file)) = entries.get(&task.data_file_path) else {
+        let Some((spec_id, file, added_ms)) = entries.get(&task.data_file_path) else {
             continue;
         };
         let size = file.file_size_in_bytes();
@@ -210,6 +226,7 @@ async fn plan(
                 size,
                 spec_id: *spec_id,
                 partition: file.partition().clone(),
+                added_ms: *added_ms,
             });
     }
     let mut bins = Vec::new();
@@ -218,7 +235,11 @@ async fn plan(
         let must = files
             .iter()
             .any(|c| c.spec_id != default_spec || !c.task.deletes.is_empty());
-        if !(must || files.len() >= options.min_input_files.max(2) || total > target) {
+        // Small files left alone longer than `small_file_age` are packed however few.
+        let aged = old_before.is_some_and(|before| {
+            files.len() >= 2 && files.iter().any(|c| c.added_ms.is_none_or(|t| t < before))
+        });
+        if !(must || aged || files.len() >= options.min_input_files.max(2) || total > target) {
             continue;
         }
         // Largest first, each into the first bin it fits (first-fit decreasing).

@@ -4,6 +4,7 @@
 //! SET 'maintenance.compaction' = 'on';                 -- or in a routed INSERT's WITH (...)
 //! SET 'maintenance.target-file-size' = '128mb';        -- files are packed to about this
 //! SET 'maintenance.min-input-files' = '5';             -- a partition's small files, at least
+//! SET 'maintenance.small-file-age' = '1h';             -- ...or two, one of them this old
 //! SET 'maintenance.snapshot-retention' = '1h';         -- expire snapshots older than this...
 //! SET 'maintenance.min-snapshots' = '10';              -- ...beyond the newest 10
 //! SET 'maintenance.manifest-rewrite' = 'on';           -- merge manifests beyond max-manifests
@@ -28,6 +29,9 @@ pub struct MaintenancePolicy {
     pub compaction: bool,
     pub target_file_size: u64,
     pub min_input_files: usize,
+    /// A partition's small files (two or more) are compacted once one is this old, however
+    /// few.
+    pub small_file_age: Duration,
     /// Snapshots older than this expire (none do when `None`).
     pub snapshot_retention: Option<Duration>,
     pub min_snapshots: usize,
@@ -46,6 +50,7 @@ impl Default for MaintenancePolicy {
             compaction: false,
             target_file_size: 128 << 20,
             min_input_files: 5,
+            small_file_age: Duration::from_secs(3600),
             snapshot_retention: None,
             min_snapshots: 10,
             manifest_rewrite: false,
@@ -84,6 +89,9 @@ impl MaintenancePolicy {
                 .take_positive_size(&format!("{PREFIX}target-file-size"))?
                 .map_or(defaults.target_file_size, |n| n as u64),
             min_input_files: count(&mut o, "min-input-files", defaults.min_input_files)?,
+            small_file_age: o
+                .take_duration(&format!("{PREFIX}small-file-age"))?
+                .unwrap_or(defaults.small_file_age),
             snapshot_retention: o.take_duration(&format!("{PREFIX}snapshot-retention"))?,
             min_snapshots: count(&mut o, "min-snapshots", defaults.min_snapshots)?,
             manifest_rewrite: on(&mut o, "manifest-rewrite")?.unwrap_or(compaction),
