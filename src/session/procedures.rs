@@ -118,6 +118,13 @@ impl Args {
             .ok_or_else(|| self.wrong(name, "a timestamp", v))
     }
 
+    /// The `older_than` argument in ms since the epoch; by default, `default_age_ms` ago.
+    fn older_than(&self, default_age_ms: i64) -> Result<i64> {
+        Ok(self
+            .time_ms("older_than")?
+            .unwrap_or(chrono::Utc::now().timestamp_millis() - default_age_ms))
+    }
+
     fn wrong(&self, name: &str, what: &str, value: &ScalarValue) -> Error {
         Error::Plan(format!(
             "{}: argument '{name}' must be {what}, not {value} ({})",
@@ -177,11 +184,8 @@ impl Session {
                 ])
             }
             "expire_snapshots" => {
-                let now = chrono::Utc::now().timestamp_millis();
                 let options = ExpireOptions {
-                    older_than_ms: args
-                        .time_ms("older_than")?
-                        .unwrap_or(now - DEFAULT_RETENTION_MS),
+                    older_than_ms: args.older_than(DEFAULT_RETENTION_MS)?,
                     retain_last: args.positive("retain_last")?.unwrap_or(1) as usize,
                 };
                 let done = expire_snapshots(&table, &options).await?;
@@ -218,11 +222,8 @@ impl Session {
                 ])
             }
             "remove_orphan_files" => {
-                let now = chrono::Utc::now().timestamp_millis();
                 let options = OrphanOptions {
-                    older_than_ms: args
-                        .time_ms("older_than")?
-                        .unwrap_or(now - DEFAULT_ORPHAN_AGE_MS),
+                    older_than_ms: args.older_than(DEFAULT_ORPHAN_AGE_MS)?,
                     dry_run: args.boolean("dry_run")?.unwrap_or(false),
                 };
                 let keep = self.in_flight_files(&catalog, &table)?;

@@ -177,12 +177,7 @@ impl Maintainer {
 
     /// Take what a run left: the tables' files after it.
     fn report(&mut self, ran: Vec<Ran>) {
-        let health = self
-            .status
-            .tables
-            .lock()
-            .map(|h| h.clone())
-            .unwrap_or_default();
+        let health = self.status.tables_now();
         for (ident, after) in ran {
             self.looked.insert(ident.clone(), after.data_files);
             // The job may have committed since the run looked at the table last.

@@ -219,12 +219,7 @@ impl Jobs {
         };
         jobs.values()
             .flat_map(|e| {
-                let tables = e
-                    .status
-                    .tables
-                    .lock()
-                    .map(|t| t.clone())
-                    .unwrap_or_default();
+                let tables = e.status.tables_now();
                 let job = e.status.name.clone();
                 tables
                     .into_iter()
@@ -236,7 +231,7 @@ impl Jobs {
 
 /// The table figures of a job's row (the rest left empty).
 fn health_of(status: &JobStatus) -> JobRow {
-    let tables = status.tables.lock().map(|t| t.clone()).unwrap_or_default();
+    let tables = status.tables_now();
     let files: u64 = tables.values().map(|h| h.data_files).sum();
     let bytes: u64 = tables.values().map(|h| h.data_bytes).sum();
     let last = tables

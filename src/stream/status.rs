@@ -122,6 +122,11 @@ impl TableHealth {
 }
 
 impl JobStatus {
+    /// The tables it writes, as of now (a copy).
+    pub fn tables_now(&self) -> BTreeMap<String, TableHealth> {
+        self.tables.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+
     /// Note the tables just committed (`floe.table_health`).
     pub fn committed(&self, tables: &std::collections::HashMap<TableIdent, Table>) {
         if let Ok(mut health) = self.tables.lock() {

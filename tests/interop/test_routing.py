@@ -3,6 +3,7 @@ routing are read by pyiceberg and DuckDB, also after the job was killed mid-stre
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import time
@@ -57,14 +58,22 @@ def kill_runs(
     assert kills >= runs - 1, f"the job ended before it could be killed ({kills} kills)"
 
 
-def run_to_end(floe_bin: Path, workdir: Path, script: Path) -> None:
-    done = subprocess.run(
+def run_script(
+    floe_bin: Path, workdir: Path, script: Path, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """Run `floe -q -f script` in `workdir` (with `env` added to the environment)."""
+    return subprocess.run(
         [str(floe_bin), "-q", "-f", str(script)],
         cwd=workdir,
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, **(env or {})},
     )
+
+
+def run_to_end(floe_bin: Path, workdir: Path, script: Path) -> None:
+    done = run_script(floe_bin, workdir, script)
     assert done.returncode == 0, f"floe failed:\n{done.stdout}\n{done.stderr}"
 
 
