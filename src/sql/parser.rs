@@ -18,7 +18,8 @@ use std::ops::ControlFlow;
 use chrono::{DateTime, NaiveDate, NaiveDateTime};
 use datafusion::sql::parser::{DFParser, DFParserBuilder, Statement as DFStatement};
 use datafusion::sql::sqlparser::ast::{
-    ObjectName, ObjectNamePart, TableFactor, VisitMut, VisitorMut,
+    ColumnDef, ColumnOption, ColumnOptionDef, Expr as SqlExpr, Ident, ObjectName, ObjectNamePart,
+    TableConstraint, TableFactor, VisitMut, VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
@@ -528,19 +529,13 @@ impl Parser<'_> {
     fn parse_create_table(&mut self) -> Result<Statement> {
         let if_not_exists = self.parse_if_not_exists();
         let name = self.df.parser.parse_object_name(false)?;
-        let columns = if self.df.parser.peek_token().token == Token::LParen
+        let (columns, primary_key) = if self.df.parser.peek_token().token == Token::LParen
             && !self.starts_query_in_parens()
         {
             let (columns, constraints) = self.df.parser.parse_columns()?;
-            if let Some(c) = constraints.first() {
-                return Err(Error::Unsupported(format!(
-                    "table constraint '{c}': Iceberg tables have no constraints \
-                     besides NOT NULL on a column"
-                )));
-            }
-            columns
+            primary_key_of(&name, columns, constraints)?
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
         let mut partitioned_by = Vec::new();
         if self
@@ -567,6 +562,7 @@ impl Parser<'_> {
             name,
             if_not_exists,
             columns,
+            primary_key,
             partitioned_by,
             options,
             query,
@@ -606,6 +602,90 @@ impl Parser<'_> {
         }
         Ok(OptionList(options))
     }
+}
+
+/// The columns of `CREATE TABLE name (...)` without their `PRIMARY KEY` options (their
+/// columns made NOT NULL), and the key they or the table constraint declare. Other
+/// constraints are refused: Iceberg tables have none.
+fn primary_key_of(
+    name: &ObjectName,
+    mut columns: Vec<ColumnDef>,
+    constraints: Vec<TableConstraint>,
+) -> Result<(Vec<ColumnDef>, Vec<Ident>)> {
+    let mut key: Option<Vec<Ident>> = None;
+    let mut declare = |columns: Vec<Ident>, enforced: Option<bool>| {
+        if enforced == Some(true) {
+            return Err(Error::Unsupported(format!(
+                "PRIMARY KEY ... ENFORCED on table {name}: floe keeps one row per key when it \
+                 applies changes, but does not check ad-hoc INSERTs; declare it NOT ENFORCED"
+            )));
+        }
+        if key.replace(columns).is_some() {
+            return Err(Error::Syntax(format!(
+                "table {name} declares two primary keys"
+            )));
+        }
+        Ok(())
+    };
+    for c in &mut columns {
+        let mut in_key = false;
+        let mut enforced = None;
+        c.options.retain(|o| match &o.option {
+            ColumnOption::PrimaryKey(pk) => {
+                in_key = true;
+                enforced = pk.characteristics.and_then(|ch| ch.enforced);
+                false
+            }
+            _ => true,
+        });
+        if in_key {
+            declare(vec![c.name.clone()], enforced)?;
+        }
+    }
+    for c in constraints {
+        match c {
+            TableConstraint::PrimaryKey(pk) => {
+                let columns = pk
+                    .columns
+                    .iter()
+                    .map(|ic| match &ic.column.expr {
+                        SqlExpr::Identifier(id) => Ok(id.clone()),
+                        other => Err(Error::Syntax(format!(
+                            "primary key of table {name}: expected a column name, found '{other}'"
+                        ))),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                declare(columns, pk.characteristics.and_then(|ch| ch.enforced))?;
+            }
+            other => {
+                return Err(Error::Unsupported(format!(
+                    "table constraint '{other}': Iceberg tables have no constraints besides \
+                     NOT NULL on a column and a primary key (their identifier fields)"
+                )));
+            }
+        }
+    }
+    let key = key.unwrap_or_default();
+    for k in &key {
+        let Some(c) = columns.iter_mut().find(|c| c.name.value == k.value) else {
+            return Err(Error::Plan(format!(
+                "primary key column '{k}' is not a column of table {name}"
+            )));
+        };
+        c.options
+            .retain(|o| !matches!(o.option, ColumnOption::Null));
+        if !c
+            .options
+            .iter()
+            .any(|o| matches!(o.option, ColumnOption::NotNull))
+        {
+            c.options.push(ColumnOptionDef {
+                name: None,
+                option: ColumnOption::NotNull,
+            });
+        }
+    }
+    Ok((columns, key))
 }
 
 /// An option key or value: a string literal; numbers and `true`/`false` are accepted too.

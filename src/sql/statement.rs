@@ -122,6 +122,22 @@ fn fmt_columns(
     f.write_str(")")
 }
 
+/// `PRIMARY KEY (a, b) NOT ENFORCED`.
+struct PrimaryKey<'a>(&'a [Ident]);
+
+impl fmt::Display for PrimaryKey<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PRIMARY KEY (")?;
+        for (i, c) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{c}")?;
+        }
+        f.write_str(") NOT ENFORCED")
+    }
+}
+
 fn if_not_exists(b: bool) -> &'static str {
     if b { "IF NOT EXISTS " } else { "" }
 }
@@ -225,18 +241,22 @@ impl fmt::Display for ShowSchemas {
 
 /// ```text
 /// CREATE TABLE [IF NOT EXISTS] name
-///     [( column type [NOT NULL], ... )]
+///     [( column type [NOT NULL] [PRIMARY KEY [NOT ENFORCED]], ...
+///        [, PRIMARY KEY (column, ...) [NOT ENFORCED]] )]
 ///     [PARTITIONED BY ( col | years(col) | months(col) | days(col) | hours(col)
 ///                       | bucket(N, col) | truncate(N, col), ... )]
 ///     [WITH ('format-version' = '2', 'key' = 'value', ...)]
 ///     [AS query]
 /// ```
-/// Columns, or a query, or both (then the query's rows are cast to the columns).
+/// Columns, or a query, or both (then the query's rows are cast to the columns). The
+/// primary key becomes the table's Iceberg identifier fields (its columns NOT NULL).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreateTable {
     pub name: ObjectName,
     pub if_not_exists: bool,
     pub columns: Vec<ColumnDef>,
+    /// The primary key's columns, from a column's `PRIMARY KEY` or the table constraint.
+    pub primary_key: Vec<Ident>,
     pub partitioned_by: Vec<Expr>,
     pub options: OptionList,
     pub query: Option<Box<Query>>,
@@ -250,7 +270,9 @@ impl fmt::Display for CreateTable {
             if_not_exists(self.if_not_exists),
             self.name
         )?;
-        fmt_columns(f, &self.columns, None)?;
+        let key = PrimaryKey(&self.primary_key);
+        let key = (!self.primary_key.is_empty()).then_some(&key as &dyn fmt::Display);
+        fmt_columns(f, &self.columns, key)?;
         if !self.partitioned_by.is_empty() {
             f.write_str(" PARTITIONED BY (")?;
             for (i, e) in self.partitioned_by.iter().enumerate() {
