@@ -4,6 +4,7 @@
 pub mod evolved_scan;
 pub mod jobs;
 pub mod metadata;
+pub mod positioned;
 pub mod provider;
 pub mod table;
 

@@ -82,11 +82,8 @@ impl TableProvider for LakeTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
-        if self.nested_grew
-            && let Some(exec) =
-                evolved_scan::scan(&self.table, self.schema(), projection, limit).await?
-        {
-            return Ok(exec);
+        if self.nested_grew {
+            return evolved_scan::scan(&self.table, self.schema(), projection, limit).await;
         }
         self.reader.scan(state, projection, filters, limit).await
     }

@@ -7,6 +7,7 @@
 pub mod commit;
 pub mod connect;
 pub mod dead_letter;
+pub mod deletes;
 pub mod maintenance;
 pub mod read;
 pub mod runtime;

@@ -4,20 +4,26 @@
 //! iceberg-rust 0.10's reader matches nested fields by position (apache/iceberg-rust#2617),
 //! so a file written before a struct column gained a field is read here instead: the
 //! Parquet file as Arrow, its columns matched to the table's by name, nested fields too,
-//! with NULL for what the file predates. Files with deletes are left to iceberg-rust, whose
-//! reader applies them.
+//! with NULL for what the file predates, and the position deletes that apply to it applied.
+//! The same reading gives each row's file and position ([`positioned`]), which statements
+//! changing rows delete by.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
-use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::array::{BooleanArray, Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::compute::filter_record_batch;
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema as ArrowSchema, SchemaRef};
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
-use iceberg::arrow::ArrowReaderBuilder;
+use iceberg::arrow::{ArrowReaderBuilder, schema_to_arrow_schema};
 use iceberg::io::FileIO;
 use iceberg::scan::FileScanTask;
 use iceberg::spec::{NestedFieldRef, Schema, TableMetadata, Type};
 use iceberg::table::Table;
 
+use super::deletes;
 use crate::error::{Error, Result};
 use crate::schema::conform;
 
@@ -65,27 +71,36 @@ fn collect(ty: &Type, out: &mut Vec<i32>) {
     }
 }
 
+/// Every batch of Parquet file `path` (`what` it is, for errors).
+pub async fn parquet(io: &FileIO, path: &str, what: &str) -> Result<Vec<RecordBatch>> {
+    let bytes: Bytes = io.new_input(path)?.read().await?;
+    let fail = |e: String| Error::Internal(format!("reading {what} {path}: {e}"));
+    ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .and_then(|b| b.build())
+        .map_err(|e| fail(e.to_string()))?
+        .map(|b| b.map_err(|e| fail(e.to_string())))
+        .collect()
+}
+
 /// The rows of data file `path`, in `schema` (the table's current one), matched by name.
 pub async fn conformed(io: &FileIO, schema: &Schema, path: &str) -> Result<Vec<RecordBatch>> {
-    let bytes: Bytes = io.new_input(path)?.read().await?;
-    let fail = |e: String| Error::Internal(format!("reading data file {path}: {e}"));
-    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-        .and_then(|b| b.build())
-        .map_err(|e| fail(e.to_string()))?;
-    let mut out = Vec::new();
-    for batch in reader {
-        let batch = batch.map_err(|e| fail(e.to_string()))?;
-        out.push(conform(schema, &batch)?);
-    }
-    Ok(out)
+    parquet(io, path, "data file")
+        .await?
+        .iter()
+        .map(|b| conform(schema, b))
+        .collect()
 }
 
 /// The rows of the whole files `tasks` plan (their deletes applied), in the table's
 /// current schema. Each task's predicate is dropped: every row of each file is read.
+/// iceberg-rust reads them, unless nested fields grew (see the module doc): then [`live`].
 pub fn whole_files(
     table: &Table,
     tasks: Vec<FileScanTask>,
 ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+    if nested_fields_grew(table.metadata()) {
+        return live(table, tasks);
+    }
     let tasks: Vec<FileScanTask> = tasks
         .into_iter()
         .map(|mut t| {
@@ -93,21 +108,6 @@ pub fn whole_files(
             t
         })
         .collect();
-    let md = table.metadata();
-    if nested_fields_grew(md) && tasks.iter().all(|t| t.deletes.is_empty()) {
-        let io = table.file_io().clone();
-        let schema = md.current_schema().clone();
-        let paths: Vec<String> = tasks.into_iter().map(|t| t.data_file_path).collect();
-        return Ok(futures::stream::iter(paths)
-            .then(move |path| {
-                let io = io.clone();
-                let schema = schema.clone();
-                async move { conformed(&io, &schema, &path).await }
-            })
-            .map_ok(|batches| futures::stream::iter(batches.into_iter().map(Ok)))
-            .try_flatten()
-            .boxed());
-    }
     let reader = ArrowReaderBuilder::new(table.file_io().clone(), iceberg::Runtime::try_current()?)
         .with_data_file_concurrency_limit(2)
         .build();
@@ -115,4 +115,89 @@ pub fn whole_files(
         .read(futures::stream::iter(tasks.into_iter().map(Ok)).boxed())?
         .stream();
     Ok(stream.map_err(Error::from).boxed())
+}
+
+/// The live rows of the files `tasks` plan, read by floe file by file (columns matched by
+/// name, position deletes applied), in the table's current schema.
+pub fn live(
+    table: &Table,
+    tasks: Vec<FileScanTask>,
+) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+    let schema = schema_to_arrow_schema(table.metadata().current_schema())?;
+    let columns: Vec<usize> = (0..schema.fields().len()).collect();
+    Ok(positioned(table, tasks)?
+        .and_then(move |b| {
+            let out = b
+                .project(&columns)
+                .map_err(|e| Error::Internal(format!("live rows: {e}")));
+            futures::future::ready(out)
+        })
+        .boxed())
+}
+
+/// The column [`positioned`] adds holding each row's data file.
+pub const FILE_COLUMN: &str = "__floe_file";
+/// The column [`positioned`] adds holding each row's position in its data file.
+pub const POS_COLUMN: &str = "__floe_pos";
+
+/// The table's current schema in Arrow with [`FILE_COLUMN`] and [`POS_COLUMN`] after it.
+pub fn positioned_schema(table: &Table) -> Result<SchemaRef> {
+    let arrow = schema_to_arrow_schema(table.metadata().current_schema())?;
+    let mut fields: Vec<FieldRef> = arrow.fields().iter().cloned().collect();
+    fields.push(Arc::new(Field::new(FILE_COLUMN, DataType::Utf8, false)));
+    fields.push(Arc::new(Field::new(POS_COLUMN, DataType::Int64, false)));
+    Ok(Arc::new(ArrowSchema::new(fields)))
+}
+
+/// The live rows of the files `tasks` plan, each with its data file and its position in it
+/// ([`positioned_schema`]): what a statement changing rows needs to delete them. Position
+/// deletes are applied here (see [`deletes::deleted_positions`]); each task's predicate is
+/// dropped, every live row of each file is read.
+pub fn positioned(
+    table: &Table,
+    tasks: Vec<FileScanTask>,
+) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+    let io = table.file_io().clone();
+    let iceberg = table.metadata().current_schema().clone();
+    let schema = positioned_schema(table)?;
+    Ok(futures::stream::iter(tasks)
+        .then(move |task| {
+            let io = io.clone();
+            let iceberg = iceberg.clone();
+            let schema = schema.clone();
+            async move {
+                let deleted = deletes::deleted_positions(&io, &task).await?;
+                let batches = conformed(&io, &iceberg, &task.data_file_path).await?;
+                let mut start = 0i64;
+                let mut out = Vec::with_capacity(batches.len());
+                for batch in batches {
+                    let n = batch.num_rows();
+                    let positions = Int64Array::from_iter_values(start..start + n as i64);
+                    start += n as i64;
+                    let mut columns = batch.columns().to_vec();
+                    columns.push(Arc::new(StringArray::from(vec![
+                        task.data_file_path
+                            .as_str();
+                        n
+                    ])));
+                    columns.push(Arc::new(positions.clone()));
+                    let batch = RecordBatch::try_new(schema.clone(), columns)
+                        .map_err(|e| Error::Internal(format!("positioned rows: {e}")))?;
+                    let live = BooleanArray::from_iter(
+                        positions
+                            .values()
+                            .iter()
+                            .map(|p| Some(deleted.binary_search(p).is_err())),
+                    );
+                    let batch = filter_record_batch(&batch, &live)
+                        .map_err(|e| Error::Internal(format!("positioned rows: {e}")))?;
+                    if batch.num_rows() > 0 {
+                        out.push(batch);
+                    }
+                }
+                Ok::<_, Error>(futures::stream::iter(out.into_iter().map(Ok)))
+            }
+        })
+        .try_flatten()
+        .boxed())
 }

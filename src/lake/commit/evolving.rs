@@ -119,6 +119,14 @@ pub struct Prepared {
     pub metadata: TableMetadata,
 }
 
+impl Prepared {
+    /// The commit of `updates` to `base`.
+    pub fn of(base: &Table, updates: Vec<TableUpdate>) -> Result<Self> {
+        let metadata = apply(base, updates.clone())?;
+        Ok(Self { updates, metadata })
+    }
+}
+
 /// Build the new metadata: `base` plus the schema/spec changes plus a snapshot appending
 /// `append.files`. Writes the manifest and manifest list; commits nothing.
 pub async fn prepare(base: &Table, append: EvolvingAppend) -> Result<Prepared> {

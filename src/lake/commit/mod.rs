@@ -17,6 +17,7 @@ pub mod append;
 pub mod evolving;
 pub mod replace;
 pub mod rest;
+pub mod row_delta;
 pub mod snapshot;
 pub mod sql;
 

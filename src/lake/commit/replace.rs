@@ -5,6 +5,8 @@
 //! ```text
 //! base's manifests ─┬─ names none of the files replaced ─> kept as they are
 //!                   └─ names some ─> rewritten: those DELETED, the others EXISTING
+//!                      (delete manifests too: a position delete file of a replaced file's
+//!                      rows is removed with it, its deletes folded into the new files)
 //! + a manifest of the new files (with the data sequence number of the snapshot read)
 //! -> manifest list -> replace snapshot -> Prepared (nothing visible until committed)
 //! ```
@@ -15,14 +17,15 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use iceberg::metadata_columns::RESERVED_FIELD_ID_DELETE_FILE_PATH;
 use iceberg::spec::{
-    DataFile, ManifestContentType, ManifestEntry, ManifestFile, Operation,
-    SnapshotSummaryCollector, Summary, TableMetadata,
+    DataContentType, DataFile, ManifestContentType, ManifestEntry, ManifestFile, Operation,
+    PrimitiveLiteral, SnapshotSummaryCollector,
 };
 use iceberg::table::Table;
 
 use super::Prepared;
-use super::snapshot::{self, NewSnapshot};
+use super::snapshot;
 use crate::error::{Error, Result};
 
 /// Data files replaced by files holding the same rows.
@@ -118,11 +121,8 @@ pub async fn prepare_rewrite(base: &Table, rewrite: &Rewrite) -> Result<Prepared
     let list = base.manifest_list_reader(current).load().await?;
     let mut manifests = Vec::new();
     let mut removed = Vec::new();
+    let mut removed_deletes = Vec::new();
     for file in list.entries() {
-        if file.content != ManifestContentType::Data {
-            manifests.push(file.clone());
-            continue;
-        }
         if !cache.manifests.contains_key(&file.manifest_path) {
             let done = rewrite_manifest(base, rewrite, file, (id, commit_id), cache.next).await?;
             cache.next += 1;
@@ -131,7 +131,11 @@ pub async fn prepare_rewrite(base: &Table, rewrite: &Rewrite) -> Result<Prepared
         match &cache.manifests[&file.manifest_path] {
             Some((written, files)) => {
                 manifests.push(written.clone());
-                removed.extend(files.iter().cloned());
+                if file.content == ManifestContentType::Data {
+                    removed.extend(files.iter().cloned());
+                } else {
+                    removed_deletes.extend(files.iter().cloned());
+                }
             }
             None => manifests.push(file.clone()),
         }
@@ -148,7 +152,7 @@ pub async fn prepare_rewrite(base: &Table, rewrite: &Rewrite) -> Result<Prepared
         ));
     }
     let mut collector = SnapshotSummaryCollector::default();
-    for (f, spec_id) in &removed {
+    for (f, spec_id) in removed.iter().chain(&removed_deletes) {
         let spec = md
             .partition_spec_by_id(*spec_id)
             .ok_or_else(|| missing_spec(base, *spec_id))?;
@@ -175,11 +179,40 @@ pub async fn prepare_rewrite(base: &Table, rewrite: &Rewrite) -> Result<Prepared
         }
         manifests.extend(cache.added.clone());
     }
-    finish(base, id, commit_id, manifests, collector.build()).await
+    snapshot::finish(
+        base,
+        (id, commit_id),
+        manifests,
+        Operation::Replace,
+        collector.build(),
+    )
+    .await
 }
 
-/// Data manifest `file` with the files `rewrite` removes marked deleted, and those files
-/// with their spec; `None` when it lists none of them.
+/// Whether a live manifest entry is one `rewrite` removes: a data file it replaces, or a
+/// delete file of the rows of only such a file (its deletes are folded into the new
+/// files; left in the table, they would name a file no snapshot holds).
+fn removes(rewrite: &Rewrite, e: &ManifestEntry) -> bool {
+    let f = &e.data_file;
+    match f.content_type() {
+        DataContentType::Data => rewrite.removed.contains(f.file_path()),
+        DataContentType::PositionDeletes => {
+            let one = f.referenced_data_file().or_else(|| {
+                let low = f.lower_bounds().get(&RESERVED_FIELD_ID_DELETE_FILE_PATH)?;
+                let high = f.upper_bounds().get(&RESERVED_FIELD_ID_DELETE_FILE_PATH)?;
+                match (low.literal(), low == high) {
+                    (PrimitiveLiteral::String(p), true) => Some(p.clone()),
+                    _ => None,
+                }
+            });
+            one.is_some_and(|p| rewrite.removed.contains(&p))
+        }
+        DataContentType::EqualityDeletes => false,
+    }
+}
+
+/// Manifest `file` with the files `rewrite` removes marked deleted (see [`removes`]), and
+/// those files with their spec; `None` when it lists none of them.
 async fn rewrite_manifest(
     base: &Table,
     rewrite: &Rewrite,
@@ -195,20 +228,22 @@ async fn rewrite_manifest(
         .filter(|e| e.is_alive())
         .map(|e| e.as_ref())
         .collect();
-    if !live.iter().any(|e| rewrite.removed.contains(e.file_path())) {
+    if !live.iter().any(|e| removes(rewrite, e)) {
         return Ok(None);
     }
-    let mut writer = snapshot::manifest_writer(
-        md,
-        base.file_io(),
-        (id, commit_id),
-        n,
-        file.partition_spec_id,
-    )?;
+    let ids = (id, commit_id);
+    let mut writer = match file.content {
+        ManifestContentType::Data => {
+            snapshot::manifest_writer(md, base.file_io(), ids, n, file.partition_spec_id)?
+        }
+        ManifestContentType::Deletes => {
+            snapshot::delete_manifest_writer(md, base.file_io(), ids, n, file.partition_spec_id)?
+        }
+    };
     let mut removed = Vec::new();
     for e in live {
         let (seq, file_seq) = sequence_numbers(e)?;
-        if rewrite.removed.contains(e.file_path()) {
+        if removes(rewrite, e) {
             removed.push((e.data_file.clone(), file.partition_spec_id));
             writer.add_delete_file(e.data_file.clone(), seq, file_seq)?;
         } else {
@@ -265,7 +300,8 @@ pub async fn prepare_manifest_rewrite(
     let mut props = HashMap::new();
     props.insert("manifests-replaced".to_string(), before.to_string());
     props.insert("manifests-created".to_string(), n.to_string());
-    let prepared = finish(base, id, commit_id, manifests, props).await?;
+    let prepared =
+        snapshot::finish(base, (id, commit_id), manifests, Operation::Replace, props).await?;
     Ok((prepared, before, after))
 }
 
@@ -285,41 +321,4 @@ fn missing_spec(base: &Table, spec_id: i32) -> Error {
         "table {} has no partition spec {spec_id}",
         base.identifier()
     ))
-}
-
-/// The replace snapshot naming `manifests`, with `props` and the totals in its summary.
-async fn finish(
-    base: &Table,
-    id: i64,
-    commit_id: uuid::Uuid,
-    manifests: Vec<ManifestFile>,
-    mut props: HashMap<String, String>,
-) -> Result<Prepared> {
-    let md: &TableMetadata = base.metadata();
-    snapshot::add_totals(md, &mut props);
-    let snapshot = snapshot::write(
-        base,
-        NewSnapshot {
-            id,
-            commit_id,
-            manifests,
-            summary: Summary {
-                operation: Operation::Replace,
-                additional_properties: props,
-            },
-            schema_id: md.current_schema_id(),
-        },
-    )
-    .await?;
-    let updates: Vec<_> = snapshot::updates(snapshot).into();
-    let mut builder = md
-        .clone()
-        .into_builder(base.metadata_location().map(str::to_string));
-    for u in updates.clone() {
-        builder = u.apply(builder)?;
-    }
-    Ok(Prepared {
-        updates,
-        metadata: builder.build()?.metadata,
-    })
 }

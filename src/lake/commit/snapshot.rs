@@ -7,7 +7,8 @@ use iceberg::TableUpdate;
 use iceberg::io::FileIO;
 use iceberg::spec::{
     DataFileFormat, MAIN_BRANCH, ManifestFile, ManifestListWriter, ManifestWriter,
-    ManifestWriterBuilder, Snapshot, SnapshotReference, SnapshotRetention, Summary, TableMetadata,
+    ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention, Summary,
+    TableMetadata,
 };
 use iceberg::table::Table;
 
@@ -48,10 +49,31 @@ pub fn manifest_path(md: &TableMetadata, commit_id: uuid::Uuid, n: usize) -> Str
 pub fn manifest_writer(
     md: &TableMetadata,
     io: &FileIO,
-    (id, commit_id): (i64, uuid::Uuid),
+    ids: (i64, uuid::Uuid),
     n: usize,
     spec_id: i32,
 ) -> Result<ManifestWriter> {
+    Ok(manifest_builder(md, io, ids, n, spec_id)?.build_v2_data())
+}
+
+/// [`manifest_writer`] for a manifest of delete files.
+pub fn delete_manifest_writer(
+    md: &TableMetadata,
+    io: &FileIO,
+    ids: (i64, uuid::Uuid),
+    n: usize,
+    spec_id: i32,
+) -> Result<ManifestWriter> {
+    Ok(manifest_builder(md, io, ids, n, spec_id)?.build_v2_deletes())
+}
+
+fn manifest_builder(
+    md: &TableMetadata,
+    io: &FileIO,
+    (id, commit_id): (i64, uuid::Uuid),
+    n: usize,
+    spec_id: i32,
+) -> Result<ManifestWriterBuilder> {
     let spec = md.partition_spec_by_id(spec_id).ok_or_else(|| {
         Error::Internal(format!(
             "table {} has no partition spec {spec_id}",
@@ -63,8 +85,7 @@ pub fn manifest_writer(
         Some(id),
         md.current_schema().clone(),
         spec.as_ref().clone(),
-    )
-    .build_v2_data())
+    ))
 }
 
 /// Write the manifest list of `new` and return the snapshot naming it (committing nothing).
@@ -107,6 +128,40 @@ pub fn updates(snapshot: Snapshot) -> [TableUpdate; 2] {
             reference: SnapshotReference::new(id, SnapshotRetention::branch(None, None, None)),
         },
     ]
+}
+
+/// The commit of a snapshot of `operation` after `base`'s current one, naming `manifests`,
+/// with `props` (what it changed) and the totals in its summary: its manifest list is
+/// written, nothing is committed.
+pub async fn finish(
+    base: &Table,
+    (id, commit_id): (i64, uuid::Uuid),
+    manifests: Vec<ManifestFile>,
+    operation: Operation,
+    mut props: HashMap<String, String>,
+) -> Result<super::Prepared> {
+    let md = base.metadata();
+    add_totals(md, &mut props);
+    let snapshot = write(
+        base,
+        NewSnapshot {
+            id,
+            commit_id,
+            manifests,
+            summary: Summary {
+                operation,
+                additional_properties: props,
+            },
+            schema_id: md.current_schema_id(),
+        },
+    )
+    .await?;
+    prepared(base, snapshot)
+}
+
+/// The commit of `snapshot` on top of `base`: it added and made the head of `main`.
+pub fn prepared(base: &Table, snapshot: Snapshot) -> Result<super::Prepared> {
+    super::Prepared::of(base, updates(snapshot).into())
 }
 
 /// Iceberg's `total-*` summary keys for a snapshot after `base`'s current one whose summary

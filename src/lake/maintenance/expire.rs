@@ -55,15 +55,7 @@ pub async fn expire_snapshots(table: &Maintained, options: &ExpireOptions) -> Re
             let updates = vec![TableUpdate::RemoveSnapshots {
                 snapshot_ids: ids.clone(),
             }];
-            let mut builder = base
-                .metadata()
-                .clone()
-                .into_builder(base.metadata_location().map(str::to_string));
-            for u in updates.clone() {
-                builder = u.apply(builder)?;
-            }
-            let metadata = builder.build()?.metadata;
-            Ok(Some((Prepared { updates, metadata }, (base, ids))))
+            Ok(Some((Prepared::of(&base, updates)?, (base, ids))))
         })
         .await?;
     let Some((after, (before, ids))) = committed else {

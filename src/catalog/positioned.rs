@@ -1,0 +1,167 @@
+//! A table's live rows with where each one lives: its columns, then the data file and the
+//! position in it (`lake::read::positioned`). Statements that change rows (`DELETE`,
+//! `UPDATE`, `MERGE INTO`) query it through DataFusion, so their conditions, joins and
+//! subqueries are plain SQL, and turn the positions they select into position deletes.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::Session;
+use datafusion::datasource::{TableProvider, TableType};
+use datafusion::error::{DataFusionError, Result as DFResult};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use iceberg::scan::FileScanTask;
+use iceberg::table::Table;
+
+use crate::error::{Error, Result};
+use crate::lake::deletes::Target;
+use crate::lake::read::{self, FILE_COLUMN, POS_COLUMN};
+
+/// A table's live rows in one snapshot, with [`FILE_COLUMN`] and [`POS_COLUMN`].
+#[derive(Debug)]
+pub struct PositionedTable {
+    table: Table,
+    schema: SchemaRef,
+    /// The data files scans planned, by path: what a delete file of their rows names.
+    targets: Arc<Mutex<HashMap<String, Target>>>,
+}
+
+impl PositionedTable {
+    pub fn try_new(table: Table) -> Result<Self> {
+        let schema = read::positioned_schema(&table)?;
+        Ok(Self {
+            table,
+            schema,
+            targets: Arc::default(),
+        })
+    }
+
+    /// The data file at `path`, if a scan read it.
+    pub fn target(&self, path: &str) -> Option<Target> {
+        self.targets.lock().ok()?.get(path).cloned()
+    }
+
+    async fn plan(&self, filters: &[Expr]) -> Result<Vec<FileScanTask>> {
+        // Filters on the table's own columns prune files; DataFusion applies all of them.
+        let own: Vec<Expr> = filters
+            .iter()
+            .filter(|f| {
+                f.column_refs()
+                    .iter()
+                    .all(|c| c.name != FILE_COLUMN && c.name != POS_COLUMN)
+            })
+            .cloned()
+            .collect();
+        let predicate = iceberg_datafusion::physical_plan::convert_filters_to_predicate(&own);
+        let scan = match predicate {
+            Some(p) => match self.table.scan().select_all().with_filter(p).build() {
+                Ok(scan) => scan,
+                Err(_) => self.table.scan().select_all().build()?,
+            },
+            None => self.table.scan().select_all().build()?,
+        };
+        let tasks: Vec<FileScanTask> = scan.plan_files().await?.try_collect().await?;
+        if let Ok(mut targets) = self.targets.lock() {
+            for t in &tasks {
+                targets
+                    .entry(t.data_file_path.clone())
+                    .or_insert_with(|| Target::of(t));
+            }
+        }
+        Ok(tasks)
+    }
+}
+
+#[async_trait]
+impl TableProvider for PositionedTable {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        let tasks = self.plan(filters).await?;
+        let files = Arc::new(Files {
+            table: self.table.clone(),
+            schema: self.schema.clone(),
+            tasks,
+            read: read::positioned,
+        });
+        let exec = StreamingTableExec::try_new(
+            self.schema.clone(),
+            vec![files],
+            projection,
+            [],
+            false,
+            limit,
+        )?;
+        Ok(Arc::new(exec))
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DFResult<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+}
+
+/// How a scan reads its files: `lake::read`'s `positioned` or `live`.
+pub(super) type ReadFn =
+    fn(&Table, Vec<FileScanTask>) -> Result<BoxStream<'static, Result<RecordBatch>>>;
+
+/// The files of one scan, read one after the other by `read`, in `schema` (the one the
+/// provider states).
+#[derive(Debug)]
+pub(super) struct Files {
+    pub(super) table: Table,
+    pub(super) schema: SchemaRef,
+    pub(super) tasks: Vec<FileScanTask>,
+    pub(super) read: ReadFn,
+}
+
+impl PartitionStream for Files {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let schema = self.schema.clone();
+        let batches = match (self.read)(&self.table, self.tasks.clone()) {
+            Ok(rows) => rows
+                .map(move |b| {
+                    b.and_then(|b| {
+                        b.with_schema(schema.clone())
+                            .map_err(|e| Error::Internal(format!("scanning: {e}")))
+                    })
+                    .map_err(DataFusionError::from)
+                })
+                .boxed(),
+            Err(e) => futures::stream::once(async move { Err(DataFusionError::from(e)) }).boxed(),
+        };
+        Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), batches))
+    }
+}

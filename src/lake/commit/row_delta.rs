@@ -1,0 +1,134 @@
+//! Row-level changes (`DELETE`, `UPDATE`, `MERGE INTO`): position delete files removing
+//! rows of existing data files, and data files adding rows, in one snapshot.
+//!
+//! ```text
+//! base's manifests (kept as they are)
+//! + a delete manifest per partition spec of the delete files
+//! + a data manifest of the added files
+//! -> manifest list -> `delete` (deletes only) or `overwrite` snapshot -> Prepared
+//! ```
+//!
+//! The rows deleted were found in the snapshot `read_snapshot`; the delta is valid on the
+//! table as it is only if every snapshot since then is an append (which adds rows and
+//! removes none). Otherwise a file whose rows it deletes may be gone (compacted), or another
+//! statement may have deleted the same rows: preparing fails with [`Error::Conflict`] and the
+//! statement is planned again on the newer table.
+
+use std::collections::{BTreeMap, HashMap};
+
+use iceberg::spec::{DataFile, Operation, SnapshotSummaryCollector};
+use iceberg::table::Table;
+
+use super::Prepared;
+use super::replace::conflict;
+use super::snapshot;
+use crate::error::{Error, Result};
+
+/// Rows removed from and added to a table.
+#[derive(Debug, Default)]
+pub struct RowDelta {
+    /// Position delete files, each of rows of one data file, with the id of its
+    /// partition spec.
+    pub deletes: Vec<(DataFile, i32)>,
+    /// Data files of rows added, written with the table's default partition spec.
+    pub added: Vec<DataFile>,
+    /// The snapshot the deleted rows were read from (`None`: the table had none).
+    pub read_snapshot: Option<i64>,
+    /// More snapshot summary properties.
+    pub summary: HashMap<String, String>,
+}
+
+impl RowDelta {
+    pub fn is_empty(&self) -> bool {
+        self.deletes.is_empty() && self.added.is_empty()
+    }
+}
+
+/// Fails with [`Error::Conflict`] unless every snapshot of `base` after `read` (back along
+/// its `main` history) is an append.
+pub fn only_appends_since(base: &Table, read: Option<i64>) -> Result<()> {
+    let md = base.metadata();
+    let mut at = md.current_snapshot();
+    while let Some(s) = at {
+        if Some(s.snapshot_id()) == read {
+            return Ok(());
+        }
+        if s.summary().operation != Operation::Append {
+            return Err(conflict(
+                base,
+                format!(
+                    "snapshot {} ({}) changed rows after this statement read them; it is \
+                     planned again",
+                    s.snapshot_id(),
+                    s.summary().operation.as_str()
+                ),
+            ));
+        }
+        at = s.parent_snapshot_id().and_then(|p| md.snapshot_by_id(p));
+    }
+    match read {
+        None => Ok(()),
+        Some(id) => Err(conflict(
+            base,
+            format!("snapshot {id}, which this statement read, is no longer in its history"),
+        )),
+    }
+}
+
+/// The snapshot applying `delta` on top of `base`, written but not committed.
+pub async fn prepare_row_delta(base: &Table, delta: &RowDelta) -> Result<Prepared> {
+    if delta.is_empty() {
+        return Err(Error::Internal("a row delta without files".into()));
+    }
+    only_appends_since(base, delta.read_snapshot)?;
+    let md = base.metadata();
+    let id = snapshot::new_id(md);
+    let commit_id = uuid::Uuid::new_v4();
+    let io = base.file_io();
+    let mut manifests = Vec::new();
+    if let Some(current) = md.current_snapshot() {
+        let list = base.manifest_list_reader(current).load().await?;
+        manifests.extend(list.entries().iter().cloned());
+    }
+    let mut collector = SnapshotSummaryCollector::default();
+    let schema = md.current_schema().clone();
+    let mut n = 0;
+    let mut by_spec: BTreeMap<i32, Vec<&DataFile>> = BTreeMap::new();
+    for (d, spec_id) in &delta.deletes {
+        by_spec.entry(*spec_id).or_default().push(d);
+    }
+    for (spec_id, files) in by_spec {
+        let spec = md.partition_spec_by_id(spec_id).ok_or_else(|| {
+            Error::Internal(format!(
+                "table {} has no partition spec {spec_id}",
+                base.identifier()
+            ))
+        })?;
+        let mut writer = snapshot::delete_manifest_writer(md, io, (id, commit_id), n, spec_id)?;
+        n += 1;
+        for f in files {
+            collector.add_file(f, schema.clone(), spec.clone());
+            // A negative sequence number: the entry inherits the snapshot's.
+            writer.add_file(f.clone(), -1)?;
+        }
+        manifests.push(writer.write_manifest_file().await?);
+    }
+    if !delta.added.is_empty() {
+        let spec = md.default_partition_spec();
+        let mut writer =
+            snapshot::manifest_writer(md, io, (id, commit_id), n, md.default_partition_spec_id())?;
+        for f in &delta.added {
+            collector.add_file(f, schema.clone(), spec.clone());
+            writer.add_file(f.clone(), -1)?;
+        }
+        manifests.push(writer.write_manifest_file().await?);
+    }
+    let mut props = delta.summary.clone();
+    props.extend(collector.build());
+    let operation = if delta.added.is_empty() {
+        Operation::Delete
+    } else {
+        Operation::Overwrite
+    };
+    snapshot::finish(base, (id, commit_id), manifests, operation, props).await
+}
