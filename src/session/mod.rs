@@ -7,6 +7,7 @@
 
 mod columns;
 mod ddl;
+mod dml;
 mod jobs;
 mod names;
 mod procedures;
@@ -208,6 +209,17 @@ impl Session {
 
     async fn run_datafusion(&self, mut stmt: DFStatement) -> Result<Output> {
         qualify_set(&mut stmt);
+        if let DFStatement::Statement(s) = &stmt {
+            let changed = match s.as_ref() {
+                SQLStatement::Delete(d) => self.delete(d).await?,
+                SQLStatement::Update(u) => self.update(u).await?,
+                SQLStatement::Merge(m) => self.merge(m).await?,
+                _ => None,
+            };
+            if let Some(out) = changed {
+                return Ok(out);
+            }
+        }
         let is_insert =
             matches!(&stmt, DFStatement::Statement(s) if matches!(**s, SQLStatement::Insert(_)));
         let sources = self.sources_read_by(&stmt);

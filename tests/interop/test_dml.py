@@ -1,0 +1,268 @@
+"""DELETE, UPDATE and MERGE INTO on lake tables (position deletes), checked through pyiceberg
+and DuckDB against a model of the rows kept here in Python; compaction folding the deletes
+in; and the races of a statement changing rows with a compaction of the same files."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from conftest import SqlLake, run_floe_in
+
+KEYS = 2_000
+
+
+def customers(floe_bin: Path, lake: SqlLake, workdir: Path, batches: int = 4) -> dict:
+    """lake.shop.customers (id key, bucketed) with KEYS rows over `batches` inserts; the
+    model: id -> (name, score)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    model = {i: (f"n{i}", i % 100) for i in range(KEYS)}
+    per = KEYS // batches
+    inserts = []
+    for b in range(batches):
+        values = ", ".join(
+            f"({i}, '{model[i][0]}', {model[i][1]})" for i in range(b * per, (b + 1) * per)
+        )
+        inserts.append(f"INSERT INTO lake.shop.customers VALUES {values}")
+    run_floe_in(
+        floe_bin,
+        workdir,
+        lake.ddl(),
+        "CREATE SCHEMA lake.shop",
+        "CREATE TABLE lake.shop.customers (id BIGINT, name STRING, score INT, "
+        "PRIMARY KEY (id) NOT ENFORCED) PARTITIONED BY (bucket(4, id))",
+        *inserts,
+    )
+    return model
+
+
+def rows_everywhere(lake: SqlLake, floe_bin: Path, workdir: Path, duck) -> list:
+    """The table's rows as pyiceberg, DuckDB and floe read them: all three must agree."""
+    table = lake.pyiceberg().load_table("shop.customers")
+    py = sorted(
+        (r["id"], r["name"], r["score"]) for r in table.scan().to_arrow().to_pylist()
+    )
+    dk = sorted(
+        duck.execute(
+            f"SELECT id, name, score FROM iceberg_scan('{table.metadata_location}')"
+        ).fetchall()
+    )
+    fl = sorted(
+        (r["id"], r["name"], r["score"])
+        for r in run_floe_in(floe_bin, workdir, lake.ddl(), "SELECT * FROM lake.shop.customers")
+    )
+    assert py == dk, "pyiceberg and DuckDB disagree"
+    assert py == fl, "pyiceberg and floe disagree"
+    return py
+
+
+def expected(model: dict) -> list:
+    return sorted((k, n, s) for k, (n, s) in model.items())
+
+
+def test_changes_match_a_model_in_every_reader(
+    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+):
+    workdir = tmp_path / "work"
+    model = customers(floe_bin, lake, workdir)
+    rng = random.Random(16)
+    statements = []
+    counts = []
+    for step in range(12):
+        kind = step % 3
+        if kind == 0:
+            # DELETE a random residue class of the keys still there.
+            m = rng.choice([7, 11, 13])
+            r = rng.randrange(m)
+            gone = [k for k in model if k % m == r and model[k][1] < 50]
+            for k in gone:
+                del model[k]
+            statements.append(
+                f"DELETE FROM lake.shop.customers WHERE id % {m} = {r} AND score < 50"
+            )
+            counts.append(len(gone))
+        elif kind == 1:
+            lo = rng.randrange(KEYS - 300)
+            changed = [k for k in model if lo <= k < lo + 300]
+            for k in changed:
+                name, score = model[k]
+                model[k] = (name + "u", score + 1)
+            statements.append(
+                "UPDATE lake.shop.customers SET name = name || 'u', score = score + 1 "
+                f"WHERE id >= {lo} AND id < {lo + 300}"
+            )
+            counts.append(len(changed))
+        else:
+            # MERGE a batch of changes: deletes, updates, and inserts of new keys.
+            changes = []
+            for _ in range(60):
+                k = rng.randrange(KEYS + 500)
+                op = rng.choice("dui")
+                changes.append((k, op))
+            # One change per key (a key matched twice is an error, tested in dml.slt).
+            changes = list(dict(changes).items())
+            values = ", ".join(f"({k}, '{op}')" for k, op in changes)
+            statements.append(f"CREATE TABLE lake.shop.changes_{step} (id BIGINT, op STRING)")
+            statements.append(f"INSERT INTO lake.shop.changes_{step} VALUES {values}")
+            counts.append(len(changes))
+            n = 0
+            for k, op in changes:
+                if k in model and op == "d":
+                    del model[k]
+                    n += 1
+                elif k in model:
+                    model[k] = (model[k][0] + "m", model[k][1])
+                    n += 1
+                elif op != "d":
+                    model[k] = (f"new{k}", -1)
+                    n += 1
+            statements.append(
+                f"MERGE INTO lake.shop.customers c USING lake.shop.changes_{step} s "
+                "ON c.id = s.id "
+                "WHEN MATCHED AND s.op = 'd' THEN DELETE "
+                "WHEN MATCHED THEN UPDATE SET name = c.name || 'm' "
+                "WHEN NOT MATCHED AND s.op <> 'd' THEN "
+                "INSERT (id, name, score) VALUES (s.id, 'new' || CAST(s.id AS VARCHAR), -1)"
+            )
+            counts.append(n)
+    out = run_floe_in(floe_bin, workdir, lake.ddl(), *statements)
+    got = [r["count"] for r in out if "count" in r]
+    assert got == counts, (got, counts)
+    assert rows_everywhere(lake, floe_bin, workdir, duck) == expected(model)
+    table = lake.pyiceberg().load_table("shop.customers")
+    assert table.schema().identifier_field_ids == [1], "the primary key is the identifier field"
+    deletes = [f for f in table.inspect.files().to_pylist() if f["content"] == 1]
+    assert deletes, "the changes are position delete files"
+    # Each delete file names its one data file, as readers need to tie it to that file.
+    for f in deletes:
+        assert f["lower_bounds"] and f["upper_bounds"], f
+    ops = [s.summary.operation.value for s in table.snapshots()]
+    assert ops.count("delete") == 4 and ops.count("overwrite") == 8, ops
+
+
+def test_compaction_folds_position_deletes_in(
+    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+):
+    workdir = tmp_path / "work"
+    model = customers(floe_bin, lake, workdir, batches=8)
+    run_floe_in(
+        floe_bin,
+        workdir,
+        lake.ddl(),
+        "DELETE FROM lake.shop.customers WHERE id % 10 = 3",
+        "UPDATE lake.shop.customers SET score = 1000 WHERE id % 10 = 4",
+    )
+    for k in list(model):
+        if k % 10 == 3:
+            del model[k]
+        elif k % 10 == 4:
+            model[k] = (model[k][0], 1000)
+    before = rows_everywhere(lake, floe_bin, workdir, duck)
+    assert before == expected(model)
+    table = lake.pyiceberg().load_table("shop.customers")
+    files = table.inspect.files().to_pylist()
+    assert sum(1 for f in files if f["content"] == 1) > 0
+    (done,) = run_floe_in(
+        floe_bin,
+        workdir,
+        lake.ddl(),
+        "CALL lake.system.rewrite_data_files(table => 'shop.customers')",
+    )
+    assert done["rewritten_data_files_count"] == sum(1 for f in files if f["content"] == 0)
+    assert rows_everywhere(lake, floe_bin, workdir, duck) == before
+    table = lake.pyiceberg().load_table("shop.customers")
+    after = table.inspect.files().to_pylist()
+    assert [f for f in after if f["content"] != 0] == [], "the deletes were folded in"
+    assert len(after) == 4, "one file per bucket"
+    assert sum(f["record_count"] for f in after) == len(model)
+    summary = table.current_snapshot().summary
+    assert summary.operation.value == "replace"
+    assert summary["total-delete-files"] == "0", summary
+
+
+def paused(floe_bin: Path, lake: SqlLake, workdir: Path, sql: str) -> subprocess.Popen:
+    """floe running `sql`, stopped for 3 s before its commit."""
+    proc = subprocess.Popen(
+        [str(floe_bin), "-q", "--format", "ndjson", "-c", lake.ddl(), "-c", sql],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "FLOE_PAUSE": "maintenance-commit:3000"},
+    )
+    seen = []
+    while not seen or "paused at maintenance-commit" not in seen[-1]:
+        line = proc.stderr.readline()
+        assert line, f"floe did not pause before its commit: {seen}"
+        seen.append(line)
+    return proc
+
+
+def test_a_compaction_racing_a_delete_gives_up(
+    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+):
+    workdir = tmp_path / "work"
+    model = customers(floe_bin, lake, workdir)
+    rewrite = paused(
+        floe_bin, lake, workdir,
+        "CALL lake.system.rewrite_data_files(table => 'shop.customers', min_input_files => 2)",
+    )
+    # A DELETE of rows of the files the rewrite read commits first.
+    (deleted,) = run_floe_in(
+        floe_bin, workdir, lake.ddl(), "DELETE FROM lake.shop.customers WHERE id < 10"
+    )
+    assert deleted["count"] == 10
+    out, err = rewrite.communicate(timeout=120)
+    assert rewrite.returncode != 0, out
+    assert "added delete files while the rewrite ran" in err, err
+    # No deleted row came back; the rewrite committed nothing.
+    for k in range(10):
+        del model[k]
+    assert rows_everywhere(lake, floe_bin, workdir, duck) == expected(model)
+    table = lake.pyiceberg().load_table("shop.customers")
+    assert "replace" not in [s.summary.operation.value for s in table.snapshots()]
+    # Run again, it compacts with the delete folded in.
+    run_floe_in(
+        floe_bin, workdir, lake.ddl(),
+        "CALL lake.system.rewrite_data_files(table => 'shop.customers', min_input_files => 2)",
+    )
+    assert rows_everywhere(lake, floe_bin, workdir, duck) == expected(model)
+    table = lake.pyiceberg().load_table("shop.customers")
+    assert [f for f in table.inspect.files().to_pylist() if f["content"] != 0] == []
+
+
+def test_a_delete_racing_a_compaction_runs_again(
+    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+):
+    workdir = tmp_path / "work"
+    model = customers(floe_bin, lake, workdir)
+    delete = paused(
+        floe_bin, lake, workdir, "DELETE FROM lake.shop.customers WHERE id % 100 = 0"
+    )
+    # The compaction replaces every file whose rows the DELETE found, first.
+    (done,) = run_floe_in(
+        floe_bin, workdir, lake.ddl(),
+        "CALL lake.system.rewrite_data_files(table => 'shop.customers', min_input_files => 2)",
+    )
+    assert done["rewritten_data_files_count"] > 0
+    out, err = delete.communicate(timeout=120)
+    assert delete.returncode == 0, err
+    # The DELETE noticed, read the compacted files and deleted the rows there.
+    assert '"count":20' in out.replace(" ", ""), out
+    for k in range(0, KEYS, 100):
+        del model[k]
+    assert rows_everywhere(lake, floe_bin, workdir, duck) == expected(model)
+    table = lake.pyiceberg().load_table("shop.customers")
+    history = sorted(table.snapshots(), key=lambda s: s.sequence_number)
+    ops = [s.summary.operation.value for s in history]
+    assert ops[-2:] == ["replace", "delete"], ops
+    # The delete files name the compacted files, not the replaced ones.
+    live = {f["file_path"] for f in table.inspect.files().to_pylist() if f["content"] == 0}
+    for f in table.inspect.files().to_pylist():
+        if f["content"] == 1:
+            named = set(pq.read_table(f["file_path"].removeprefix("file://"))["file_path"].to_pylist())
+            assert named <= live, (named, live)
