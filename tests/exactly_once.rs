@@ -48,6 +48,77 @@ fn routed_script(interval: &str) -> String {
     )
 }
 
+/// Rows the upsert job reads, and the keys it keeps (`order_id % KEYS`).
+const UPSERT_ROWS: u64 = 120_000;
+const KEYS: u64 = 5_000;
+
+/// A job keeping the latest order of each key in a table with a primary key.
+fn upsert_script(interval: &str) -> String {
+    format!(
+        "{CATALOG};
+         CREATE SCHEMA IF NOT EXISTS lake.shop;
+         CREATE TABLE IF NOT EXISTS lake.shop.latest (k BIGINT, order_id BIGINT, amount DOUBLE,
+           region STRING, PRIMARY KEY (k) NOT ENFORCED) PARTITIONED BY (bucket(8, k));
+         CREATE SOURCE gen WITH ('connector' = 'datagen', 'profile' = 'orders',
+           'number-of-rows' = '{UPSERT_ROWS}', 'rows-per-second' = '40000', 'seed' = '7');
+         SET 'pipeline.name' = 'golden-upsert';
+         SET 'checkpoint.interval' = '{interval}';
+         INSERT INTO lake.shop.latest
+           SELECT order_id % {KEYS}, order_id, quantity * price, region FROM gen;"
+    )
+}
+
+/// The keyed table's contents, summarised; checked against what it must hold whatever
+/// the run: one row per key, each the key's last order.
+fn upsert_summary(dir: &Path) -> String {
+    let out = query_csv(
+        dir,
+        "SELECT count(*) AS n, count(DISTINCT k) AS keys, min(order_id) AS first, \
+         sum(order_id) AS id_sum, round(sum(amount), 2) AS amount, \
+         count(*) FILTER (WHERE k <> order_id % 5000) AS wrong FROM lake.shop.latest",
+    );
+    let last: u64 = (UPSERT_ROWS - KEYS + 1..=UPSERT_ROWS).sum();
+    let row = out.lines().nth(1).unwrap_or_default().to_string();
+    let fields: Vec<&str> = row.split(',').collect();
+    assert_eq!(fields[0], KEYS.to_string(), "one row per key: {out}");
+    assert_eq!(fields[1], KEYS.to_string(), "{out}");
+    assert_eq!(
+        fields[2],
+        (UPSERT_ROWS - KEYS + 1).to_string(),
+        "each key's last order: {out}"
+    );
+    assert_eq!(fields[3], last.to_string(), "each key's last order: {out}");
+    assert_eq!(fields[5], "0", "{out}");
+    out
+}
+
+#[test]
+fn an_upsert_job_killed_and_restarted_keeps_the_last_row_of_each_key() {
+    let straight = tempfile::tempdir().unwrap();
+    run_script_to_end(straight.path(), &upsert_script("1h"));
+    let expected = upsert_summary(straight.path());
+
+    let frequent = tempfile::tempdir().unwrap();
+    run_script_to_end(frequent.path(), &upsert_script("50ms"));
+    assert_eq!(
+        upsert_summary(frequent.path()),
+        expected,
+        "frequent checkpoints"
+    );
+
+    let killed = tempfile::tempdir().unwrap();
+    let kills = kill_and_restart(killed.path(), &upsert_script("100ms"), 550);
+    assert!(
+        kills >= 3,
+        "the job ended too soon to be killed: only {kills} kills"
+    );
+    assert_eq!(
+        upsert_summary(killed.path()),
+        expected,
+        "killed and restarted"
+    );
+}
+
 /// The CSV output of `sql` against the lake in `dir`.
 fn query_csv(dir: &Path, sql: &str) -> String {
     floe_ok(dir, &["-q", "--format", "csv", "-c", CATALOG, "-c", sql])
@@ -134,13 +205,33 @@ fn a_routed_evolving_job_killed_and_restarted_gives_the_same_tables() {
     );
 }
 
+/// Run `script` in `dir` until `FLOE_FAILPOINT=failpoint` kills it (failing if it does
+/// not), then again to its end.
+fn crash_then_finish(dir: &Path, script: &str, failpoint: &str) {
+    use std::os::unix::process::ExitStatusExt;
+    std::fs::write(dir.join("job.sql"), script).unwrap();
+    let crashed = floe()
+        .current_dir(dir)
+        .env("FLOE_FAILPOINT", failpoint)
+        .args(["-q", "-f", "job.sql"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        crashed.status.signal(),
+        Some(9),
+        "{failpoint}: the process was not killed there: {:?} {}",
+        crashed.status,
+        String::from_utf8_lossy(&crashed.stderr)
+    );
+    run_script_to_end(dir, script);
+}
+
 /// A crash at each step of a checkpoint (`FLOE_FAILPOINT`, see `src/failpoint.rs`): after the
 /// record is written, between two table commits, after the commits before the next record,
 /// and halfway through writing a metadata file. Restarted, the job leaves the same tables as
 /// a run that never crashed.
 #[test]
 fn a_crash_at_each_step_of_a_checkpoint_loses_and_duplicates_nothing() {
-    use std::os::unix::process::ExitStatusExt;
     let expected = straight_routed_summary();
 
     for failpoint in [
@@ -150,26 +241,23 @@ fn a_crash_at_each_step_of_a_checkpoint_loses_and_duplicates_nothing() {
         "in-metadata-write:4",
     ] {
         let dir = tempfile::tempdir().unwrap();
-        let script = routed_script("100ms");
-        std::fs::write(dir.path().join("job.sql"), &script).unwrap();
-        let crashed = floe()
-            .current_dir(dir.path())
-            .env("FLOE_FAILPOINT", failpoint)
-            .args(["-q", "-f", "job.sql"])
-            .output()
-            .unwrap();
-        assert_eq!(
-            crashed.status.signal(),
-            Some(9),
-            "{failpoint}: the process was not killed there: {:?} {}",
-            crashed.status,
-            String::from_utf8_lossy(&crashed.stderr)
-        );
-        run_script_to_end(dir.path(), &script);
+        crash_then_finish(dir.path(), &routed_script("100ms"), failpoint);
         assert_eq!(
             routed_summary(dir.path()),
             expected,
             "crashed at {failpoint}"
         );
+    }
+}
+
+/// The upsert job crashed after its record is written (its commit then finds the rows to
+/// delete on the table as it is after the restart), after its commit, and halfway through
+/// a metadata file: one row per key, each the last.
+#[test]
+fn an_upsert_job_crashed_at_each_step_keeps_the_last_row_of_each_key() {
+    for failpoint in ["after-record:3", "after-commits:3", "in-metadata-write:4"] {
+        let dir = tempfile::tempdir().unwrap();
+        crash_then_finish(dir.path(), &upsert_script("100ms"), failpoint);
+        upsert_summary(dir.path());
     }
 }

@@ -22,8 +22,10 @@ use super::state::{CheckpointRecord, DeadLetterTarget, PendingCommit};
 use crate::connector::Offsets;
 use crate::error::{Error, Reject, Result};
 use crate::failpoint;
+use crate::lake::commit::row_delta::{RowDelta, prepare_row_delta};
 use crate::lake::commit::{self, Committer, EvolvingAppend, prepare, staged};
 use crate::lake::dead_letter::{DeadLetter, batch, ensure_table, row_json};
+use crate::lake::upsert;
 use crate::schema::merge::{merge_schemas, remap_spec};
 
 /// Summary key: the job that wrote a snapshot.
@@ -252,6 +254,60 @@ async fn commit_files(
     };
     let prepared = prepare(table, change).await?;
     committer.commit(table, prepared).await
+}
+
+/// Commit `change` to a table keeping one row per key: its files, and position deletes of
+/// the rows whose keys they hold, found on `table` as it is (a commit that loses a race
+/// finds them again on the table the winner left).
+async fn commit_upsert(
+    committer: Option<&Committer>,
+    table: &Table,
+    change: EvolvingAppend,
+) -> Result<Table> {
+    let ident = table.identifier();
+    let Some(committer) = committer else {
+        return Err(Error::Unsupported(format!(
+            "keeping one row per key in table {ident}: floe writes position deletes through \
+             its own commit path, which sql and rest catalogs have"
+        )));
+    };
+    let md = table.metadata();
+    if change.schema.is_some() || change.spec.is_some() {
+        return Err(Error::Unsupported(format!(
+            "evolving the schema or partitioning of table {ident}, which has a primary key"
+        )));
+    }
+    let mut added = Vec::new();
+    for (spec_id, files) in change.files {
+        if spec_id != md.default_partition_spec_id() {
+            return Err(Error::Restart(format!(
+                "table {ident}'s partitioning changed while the job wrote rows to it"
+            )));
+        }
+        added.extend(files);
+    }
+    let keys = upsert::key_names(md.current_schema());
+    if keys.is_empty() {
+        return Err(Error::Restart(format!(
+            "table {ident} no longer has a primary key (identifier fields)"
+        )));
+    }
+    let deletes = upsert::superseded(table, &keys, &added).await?;
+    let delta = RowDelta {
+        deletes,
+        added,
+        read_snapshot: md.current_snapshot_id(),
+        summary: change.summary,
+        properties: change.properties,
+    };
+    let committed = match prepare_row_delta(table, &delta).await {
+        Ok(prepared) => committer.commit(table, prepared).await,
+        Err(e) => Err(e),
+    };
+    if committed.is_err() {
+        upsert::discard(table, &delta.deletes).await;
+    }
+    committed
 }
 
 /// What a table's rows left out of its commit are marked with in the dead-letter table: a
@@ -517,7 +573,11 @@ async fn try_commit(
         summary,
         properties,
     };
-    let committed = commit_files(catalog, committer, &table, change).await?;
+    let committed = if pending.upsert {
+        commit_upsert(committer, &table, change).await?
+    } else {
+        commit_files(catalog, committer, &table, change).await?
+    };
     // The files the rewrite replaced are in no snapshot: remove them (a crash before this
     // leaves them as orphans, which recovery never commits: the snapshot is there).
     for path in replaced {

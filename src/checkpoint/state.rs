@@ -79,6 +79,10 @@ pub struct PendingCommit {
     /// afresh into a re-created table).
     #[serde(default)]
     pub recreate: bool,
+    /// The table keeps one row per key (its identifier fields): the commit also deletes the
+    /// rows whose keys the files' rows have (see `lake::upsert`).
+    #[serde(default)]
+    pub upsert: bool,
 }
 
 impl PendingCommit {

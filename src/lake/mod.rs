@@ -12,6 +12,7 @@ pub mod maintenance;
 pub mod read;
 pub mod runtime;
 pub mod storage;
+pub mod upsert;
 pub mod writer;
 
 pub use commit::Committer;

@@ -53,10 +53,28 @@ impl Session {
             .map(str::to_string)
             .unwrap_or(default_catalog);
         let ident = lake.table().identifier().clone();
+        let committer = self.committer(&catalog_name);
+        let md = lake.table().metadata();
+        if md.current_schema().identifier_field_ids().next().is_some() {
+            // A keyed table keeps one row per key: its commits delete rows (position deletes).
+            if committer.is_none() {
+                return Err(Error::Unsupported(format!(
+                    "a continuous INSERT into table {ident}, which has a primary key, in \
+                     catalog {catalog_name}: it deletes the rows it replaces through floe's own \
+                     commit path, which sql and rest catalogs have"
+                )));
+            }
+            if md.format_version() != iceberg::spec::FormatVersion::V2 {
+                return Err(Error::Unsupported(format!(
+                    "a continuous INSERT into table {ident}, which has a primary key: floe \
+                     replaces rows by key in format-version 2 tables (position deletes)"
+                )));
+            }
+        }
         let target = Target {
             catalog_name: catalog_name.clone(),
             catalog: lake.catalog().clone(),
-            committer: self.committer(&catalog_name),
+            committer,
             destination: Destination::Table(ident),
         };
         self.launch_job(target, query).await

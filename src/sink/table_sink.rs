@@ -26,8 +26,8 @@ use iceberg::table::Table;
 use crate::checkpoint::rewrite::rewrite_files;
 use crate::checkpoint::{FileGroup, PendingCommit};
 use crate::error::{Error, Reject, Result};
-use crate::lake::TableWriter;
 use crate::lake::commit::staged;
+use crate::lake::{TableWriter, upsert};
 use crate::schema::merge::merge_schemas;
 use crate::schema::types::column_count;
 use crate::schema::{conform_to, evolve, match_case};
@@ -120,6 +120,11 @@ pub struct TableSink {
     candidates: Vec<Candidate>,
     /// Whether top-level columns match the table's ignoring ASCII case.
     case_insensitive: bool,
+    /// The table's primary key (its identifier fields' names), if it has one: it keeps one
+    /// row per key, so a checkpoint's rows are held until it closes and only the last row
+    /// of each key is written (see `lake::upsert`). Such a table's schema does not evolve
+    /// with the rows: its rows are matched by key across checkpoints, in one schema.
+    keys: Vec<String>,
     /// When `base` was loaded or committed.
     loaded: Instant,
     /// The staged schema and its Arrow form.
@@ -203,9 +208,12 @@ impl TableSink {
         evolve: bool,
         candidates: Vec<Candidate>,
     ) -> Self {
+        let keys = upsert::key_names(table.metadata().current_schema());
+        let evolve = evolve && keys.is_empty();
         Self {
             catalog_name: catalog_name.to_string(),
             catalog: catalog.clone(),
+            keys,
             staged: table.clone(),
             base: table,
             committing: None,
@@ -313,7 +321,7 @@ impl TableSink {
         self.pending_rows += n;
         self.pending_bytes += slice_bytes(&rows);
         self.pending.push(rows);
-        if !self.deferred && self.pending_rows >= WRITE_ROWS {
+        if !self.deferred && self.keys.is_empty() && self.pending_rows >= WRITE_ROWS {
             self.flush().await?;
         }
         Ok(n as u64)
@@ -498,6 +506,13 @@ impl TableSink {
 
     /// Close every file; what the checkpoint must commit for this table, if anything.
     pub async fn close(&mut self) -> Result<Option<PendingCommit>> {
+        if !self.keys.is_empty() && !self.pending.is_empty() {
+            let all = concat(&self.arrow_schema()?, self.take_pending())?;
+            let last = upsert::last_per_key(&all, &self.keys)?;
+            self.pending_rows = last.num_rows();
+            self.pending_bytes = slice_bytes(&last);
+            self.pending.push(last);
+        }
         self.close_writer().await?;
         let files = std::mem::take(&mut self.closed);
         if files.is_empty() {
@@ -533,6 +548,7 @@ impl TableSink {
             base_schema_id: Some(start.metadata().current_schema_id()),
             rows: std::mem::take(&mut self.rows),
             recreate: self.recreate,
+            upsert: !self.keys.is_empty(),
         };
         // Until the commit is done, what follows starts from the table as it leaves it.
         self.committing = Some(self.staged.clone());

@@ -4,6 +4,7 @@ in; and the races of a statement changing rows with a compaction of the same fil
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -266,3 +267,42 @@ def test_a_delete_racing_a_compaction_runs_again(
         if f["content"] == 1:
             named = set(pq.read_table(f["file_path"].removeprefix("file://"))["file_path"].to_pylist())
             assert named <= live, (named, live)
+
+
+def test_a_job_into_a_keyed_table_keeps_the_last_row_of_each_key(
+    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+):
+    """Three jobs, each over a file of changes with repeated keys, into one table with a
+    primary key: one row per key, the last one, in every reader."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    rng = random.Random(3)
+    model: dict = {}
+    statements = [
+        lake.ddl(),
+        "CREATE SCHEMA lake.shop",
+        "CREATE TABLE lake.shop.customers (id BIGINT, name STRING, score INT, "
+        "PRIMARY KEY (id) NOT ENFORCED) PARTITIONED BY (bucket(4, id))",
+        "SET 'table.dml-sync' = 'true'",
+    ]
+    for run in range(3):
+        lines = []
+        for i in range(5_000):
+            k = rng.randrange(1_500)
+            row = {"id": k, "name": f"r{run}-{i}", "score": i}
+            model[k] = (row["name"], row["score"])
+            lines.append(json.dumps(row))
+        (workdir / f"changes{run}.jsonl").write_text("\n".join(lines) + "\n")
+        statements += [
+            f"CREATE SOURCE changes{run} (id BIGINT, name STRING, score INT) WITH "
+            f"('connector' = 'filesystem', 'path' = 'changes{run}.jsonl', 'format' = 'json')",
+            f"SET 'pipeline.name' = 'changes{run}'",
+            f"INSERT INTO lake.shop.customers SELECT * FROM changes{run}",
+        ]
+    run_floe_in(floe_bin, workdir, *statements)
+    assert rows_everywhere(lake, floe_bin, workdir, duck) == expected(model)
+    table = lake.pyiceberg().load_table("shop.customers")
+    ops = [s.summary.operation.value for s in sorted(table.snapshots(), key=lambda s: s.sequence_number)]
+    # The first commit finds no earlier rows; the next two delete the rows they replace.
+    assert ops == ["append", "overwrite", "overwrite"], ops
+    assert table.current_snapshot().summary["floe.job"] == "changes2"

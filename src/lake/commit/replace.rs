@@ -185,6 +185,7 @@ pub async fn prepare_rewrite(base: &Table, rewrite: &Rewrite) -> Result<Prepared
         manifests,
         Operation::Replace,
         collector.build(),
+        HashMap::new(),
     )
     .await
 }
@@ -300,8 +301,15 @@ pub async fn prepare_manifest_rewrite(
     let mut props = HashMap::new();
     props.insert("manifests-replaced".to_string(), before.to_string());
     props.insert("manifests-created".to_string(), n.to_string());
-    let prepared =
-        snapshot::finish(base, (id, commit_id), manifests, Operation::Replace, props).await?;
+    let prepared = snapshot::finish(
+        base,
+        (id, commit_id),
+        manifests,
+        Operation::Replace,
+        props,
+        HashMap::new(),
+    )
+    .await?;
     Ok((prepared, before, after))
 }
 

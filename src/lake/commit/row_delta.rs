@@ -5,7 +5,8 @@
 //! base's manifests (kept as they are)
 //! + a delete manifest per partition spec of the delete files
 //! + a data manifest of the added files
-//! -> manifest list -> `delete` (deletes only) or `overwrite` snapshot -> Prepared
+//! -> manifest list -> `delete` (deletes only), `append` (rows only) or `overwrite` snapshot
+//! -> Prepared
 //! ```
 //!
 //! The rows deleted were found in the snapshot `read_snapshot`; the delta is valid on the
@@ -36,6 +37,8 @@ pub struct RowDelta {
     pub read_snapshot: Option<i64>,
     /// More snapshot summary properties.
     pub summary: HashMap<String, String>,
+    /// Table properties the commit sets.
+    pub properties: HashMap<String, String>,
 }
 
 impl RowDelta {
@@ -127,8 +130,18 @@ pub async fn prepare_row_delta(base: &Table, delta: &RowDelta) -> Result<Prepare
     props.extend(collector.build());
     let operation = if delta.added.is_empty() {
         Operation::Delete
+    } else if delta.deletes.is_empty() {
+        Operation::Append
     } else {
         Operation::Overwrite
     };
-    snapshot::finish(base, (id, commit_id), manifests, operation, props).await
+    snapshot::finish(
+        base,
+        (id, commit_id),
+        manifests,
+        operation,
+        props,
+        delta.properties.clone(),
+    )
+    .await
 }

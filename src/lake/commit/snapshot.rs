@@ -131,14 +131,15 @@ pub fn updates(snapshot: Snapshot) -> [TableUpdate; 2] {
 }
 
 /// The commit of a snapshot of `operation` after `base`'s current one, naming `manifests`,
-/// with `props` (what it changed) and the totals in its summary: its manifest list is
-/// written, nothing is committed.
+/// with `props` (what it changed) and the totals in its summary, and setting the table
+/// properties `properties`: its manifest list is written, nothing is committed.
 pub async fn finish(
     base: &Table,
     (id, commit_id): (i64, uuid::Uuid),
     manifests: Vec<ManifestFile>,
     operation: Operation,
     mut props: HashMap<String, String>,
+    properties: HashMap<String, String>,
 ) -> Result<super::Prepared> {
     let md = base.metadata();
     add_totals(md, &mut props);
@@ -156,7 +157,14 @@ pub async fn finish(
         },
     )
     .await?;
-    prepared(base, snapshot)
+    let mut all = Vec::new();
+    if !properties.is_empty() {
+        all.push(TableUpdate::SetProperties {
+            updates: properties,
+        });
+    }
+    all.extend(updates(snapshot));
+    super::Prepared::of(base, all)
 }
 
 /// The commit of `snapshot` on top of `base`: it added and made the head of `main`.

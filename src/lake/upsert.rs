@@ -1,0 +1,226 @@
+//! One row per key in tables with identifier fields (a primary key): rows written for keys
+//! the table holds replace the rows it holds.
+//!
+//! ```text
+//! a checkpoint's rows ─ last_per_key ─> data files (one row per key)
+//! at commit: the keys of those files ─> the table's live rows with those keys
+//!            (lake::read::positioned) ─> position delete files (lake::deletes)
+//!            ─> one row delta: the new files and the deletes (lake::commit::row_delta)
+//! ```
+//!
+//! The rows to delete are found at commit, on the table as it is then, so a commit that
+//! loses a race (or runs again after a crash) finds them again: the table is the truth.
+//! Finding them reads every live row of the table's files today; a key index kept beside
+//! the table (rebuilt from it) is the next step.
+
+use std::collections::{BTreeMap, HashSet};
+
+use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::take_record_batch;
+use datafusion::arrow::datatypes::Int64Type;
+use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
+use futures::TryStreamExt;
+use iceberg::scan::FileScanTask;
+use iceberg::spec::{DataFile, Schema};
+use iceberg::table::Table;
+
+use super::deletes::{self, Target};
+use super::read::{self, FILE_COLUMN, POS_COLUMN};
+use crate::error::{Error, Result};
+
+/// The names of `schema`'s identifier fields (its primary key), in order.
+pub fn key_names(schema: &Schema) -> Vec<String> {
+    schema
+        .identifier_field_ids()
+        .filter_map(|id| schema.field_by_id(id).map(|f| f.name.clone()))
+        .collect()
+}
+
+/// The key columns of batches, compared as rows.
+struct Keys {
+    names: Vec<String>,
+    converter: Option<RowConverter>,
+}
+
+impl Keys {
+    fn new(names: &[String]) -> Self {
+        Self {
+            names: names.to_vec(),
+            converter: None,
+        }
+    }
+
+    /// The key of every row of `batch`.
+    fn of(&mut self, batch: &RecordBatch) -> Result<Vec<OwnedRow>> {
+        let columns: Vec<ArrayRef> =
+            self.names
+                .iter()
+                .map(|n| {
+                    batch.column_by_name(n).cloned().ok_or_else(|| {
+                        Error::Internal(format!("rows without their key column '{n}'"))
+                    })
+                })
+                .collect::<Result<_>>()?;
+        if self.converter.is_none() {
+            let fields = columns
+                .iter()
+                .map(|c| SortField::new(c.data_type().clone()))
+                .collect();
+            self.converter = Some(
+                RowConverter::new(fields)
+                    .map_err(|e| Error::Internal(format!("comparing keys: {e}")))?,
+            );
+        }
+        let converter = self.converter.as_ref().expect("set above");
+        let rows = converter
+            .convert_columns(&columns)
+            .map_err(|e| Error::Internal(format!("comparing keys: {e}")))?;
+        Ok(rows.iter().map(|r| r.owned()).collect())
+    }
+}
+
+/// `batch` with only the last row of each key (`keys` are its columns), in their order:
+/// several changes of one key within a checkpoint collapse to the last.
+pub fn last_per_key(batch: &RecordBatch, keys: &[String]) -> Result<RecordBatch> {
+    let all = Keys::new(keys).of(batch)?;
+    let mut seen = HashSet::with_capacity(all.len());
+    let mut keep: Vec<u32> = Vec::with_capacity(all.len());
+    for (i, k) in all.iter().enumerate().rev() {
+        if seen.insert(k) {
+            keep.push(i as u32);
+        }
+    }
+    if keep.len() == batch.num_rows() {
+        return Ok(batch.clone());
+    }
+    keep.reverse();
+    take_record_batch(batch, &UInt32Array::from(keep))
+        .map_err(|e| Error::Internal(format!("keeping the last row of each key: {e}")))
+}
+
+/// The position delete files removing `table`'s live rows whose keys (`keys`, its key
+/// columns) are those of the rows in `added` (data files not in the table yet), written but
+/// not committed, each with its spec id.
+pub async fn superseded(
+    table: &Table,
+    keys: &[String],
+    added: &[DataFile],
+) -> Result<Vec<(DataFile, i32)>> {
+    if table.metadata().current_snapshot().is_none() {
+        return Ok(Vec::new());
+    }
+    let mut converter = Keys::new(keys);
+    let mut wanted = HashSet::new();
+    let schema = table.metadata().current_schema();
+    for f in added {
+        for batch in read::conformed(table.file_io(), schema, f.file_path()).await? {
+            wanted.extend(converter.of(&batch)?);
+        }
+    }
+    let tasks: Vec<FileScanTask> = table
+        .scan()
+        .select_all()
+        .build()?
+        .plan_files()
+        .await?
+        .try_collect()
+        .await?;
+    let targets: BTreeMap<String, Target> = tasks
+        .iter()
+        .map(|t| (t.data_file_path.clone(), Target::of(t)))
+        .collect();
+    let mut positions: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    let mut rows = read::positioned(table, tasks)?;
+    while let Some(batch) = rows.try_next().await? {
+        let found = converter.of(&batch)?;
+        let file = batch
+            .column_by_name(FILE_COLUMN)
+            .map(|c| c.as_string::<i32>().clone());
+        let pos = batch
+            .column_by_name(POS_COLUMN)
+            .map(|c| c.as_primitive::<Int64Type>().clone());
+        let (Some(file), Some(pos)) = (file, pos) else {
+            return Err(Error::Internal("positioned rows without positions".into()));
+        };
+        for (i, k) in found.iter().enumerate() {
+            if wanted.contains(k) {
+                positions
+                    .entry(file.value(i).to_string())
+                    .or_default()
+                    .push(pos.value(i));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (path, ps) in positions {
+        let target = &targets[&path];
+        match deletes::write(table.file_io(), target, &ps).await {
+            Ok(d) => out.push((d, target.spec_id)),
+            Err(e) => {
+                discard(table, &out).await;
+                return Err(e);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Delete delete files written for a commit that did not happen.
+pub async fn discard(table: &Table, files: &[(DataFile, i32)]) {
+    for (f, _) in files {
+        let _ = table.file_io().delete(f.file_path()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{Int64Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema};
+
+    use super::*;
+
+    fn batch(ids: &[i64], regions: &[&str], values: &[&str]) -> RecordBatch {
+        let schema = Arc::new(ArrowSchema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("region", DataType::Utf8, false),
+            Field::new("v", DataType::Utf8, true),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(ids.to_vec())),
+                Arc::new(StringArray::from(regions.to_vec())),
+                Arc::new(StringArray::from(values.to_vec())),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_last_row_of_each_key_is_kept_in_order() {
+        let b = batch(
+            &[1, 2, 1, 3, 2, 1],
+            &["a", "a", "a", "a", "b", "a"],
+            &["x1", "y1", "x2", "z1", "y2", "x3"],
+        );
+        let one = last_per_key(&b, &["id".to_string()]).unwrap();
+        let v = one.column(2).as_string::<i32>();
+        let got: Vec<&str> = (0..one.num_rows()).map(|i| v.value(i)).collect();
+        assert_eq!(got, ["z1", "y2", "x3"]);
+        // A key of two columns: (2, a) and (2, b) are two keys.
+        let two = last_per_key(&b, &["id".to_string(), "region".to_string()]).unwrap();
+        let v = two.column(2).as_string::<i32>();
+        let got: Vec<&str> = (0..two.num_rows()).map(|i| v.value(i)).collect();
+        assert_eq!(got, ["y1", "z1", "y2", "x3"]);
+    }
+
+    #[test]
+    fn a_batch_without_repeated_keys_is_kept_as_it_is() {
+        let b = batch(&[1, 2, 3], &["a", "a", "a"], &["x", "y", "z"]);
+        let out = last_per_key(&b, &["id".to_string()]).unwrap();
+        assert_eq!(out, b);
+        assert!(last_per_key(&b, &["nope".to_string()]).is_err());
+    }
+}
