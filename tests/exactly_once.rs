@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::process::{floe, floe_ok, kill_and_restart, run_script_to_end};
+use common::process::{crash_then_finish, kill_and_restart, run_script_to_end};
 use std::path::Path;
 
 const ROWS: u64 = 240_000;
@@ -121,7 +121,7 @@ fn an_upsert_job_killed_and_restarted_keeps_the_last_row_of_each_key() {
 
 /// The CSV output of `sql` against the lake in `dir`.
 fn query_csv(dir: &Path, sql: &str) -> String {
-    floe_ok(dir, &["-q", "--format", "csv", "-c", CATALOG, "-c", sql])
+    common::process::query_csv(dir, CATALOG, sql)
 }
 
 /// The routed tables' contents, summarised.
@@ -203,27 +203,6 @@ fn a_routed_evolving_job_killed_and_restarted_gives_the_same_tables() {
         expected,
         "killed and restarted"
     );
-}
-
-/// Run `script` in `dir` until `FLOE_FAILPOINT=failpoint` kills it (failing if it does
-/// not), then again to its end.
-fn crash_then_finish(dir: &Path, script: &str, failpoint: &str) {
-    use std::os::unix::process::ExitStatusExt;
-    std::fs::write(dir.join("job.sql"), script).unwrap();
-    let crashed = floe()
-        .current_dir(dir)
-        .env("FLOE_FAILPOINT", failpoint)
-        .args(["-q", "-f", "job.sql"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        crashed.status.signal(),
-        Some(9),
-        "{failpoint}: the process was not killed there: {:?} {}",
-        crashed.status,
-        String::from_utf8_lossy(&crashed.stderr)
-    );
-    run_script_to_end(dir, script);
 }
 
 /// A crash at each step of a checkpoint (`FLOE_FAILPOINT`, see `src/failpoint.rs`): after the

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::process::{floe_ok, kill_and_restart};
+use common::process::{kill_and_restart, query_csv};
 use std::path::Path;
 
 /// Files of good records, and the good records in each.
@@ -71,7 +71,7 @@ fn script() -> String {
 }
 
 fn count(dir: &Path, sql: &str) -> u64 {
-    let out = floe_ok(dir, &["-q", "--format", "csv", "-c", CATALOG, "-c", sql]);
+    let out = query_csv(dir, CATALOG, sql);
     out.lines()
         .nth(1)
         .unwrap_or_default()
@@ -90,18 +90,11 @@ fn hostile_records_with_kills_lose_nothing_and_stop_nothing() {
         "the job ended too soon to be killed: only {kills} kills"
     );
 
-    let tables = floe_ok(
+    let tables = query_csv(
         dir.path(),
-        &[
-            "-q",
-            "--format",
-            "csv",
-            "-c",
-            CATALOG,
-            "-c",
-            "SELECT table_name FROM information_schema.tables \
-           WHERE table_catalog = 'lake' AND table_schema = 'h'",
-        ],
+        CATALOG,
+        "SELECT table_name FROM information_schema.tables \
+         WHERE table_catalog = 'lake' AND table_schema = 'h'",
     );
     let tables: Vec<&str> = tables.lines().skip(1).collect();
     for t in ["a", "b", "東京", "大阪", "wide", "dead_letters"] {

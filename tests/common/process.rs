@@ -27,6 +27,11 @@ pub fn floe_ok(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The CSV output of `sql` in `dir`, after `setup` (a `CREATE CATALOG`).
+pub fn query_csv(dir: &Path, setup: &str, sql: &str) -> String {
+    floe_ok(dir, &["-q", "--format", "csv", "-c", setup, "-c", sql])
+}
+
 /// Run `script` (saved as `dir/job.sql`) in `dir` to its end, which must succeed.
 pub fn run_script_to_end(dir: &Path, script: &str) {
     std::fs::write(dir.join("job.sql"), script).unwrap();
@@ -82,4 +87,25 @@ pub fn kill_and_restart(dir: &Path, script: &str, max_ms: u64) -> u32 {
     eprintln!("killed {kills} times");
     run_script_to_end(dir, script);
     kills
+}
+
+/// Run `script` in `dir` until `FLOE_FAILPOINT=failpoint` kills it (failing if it does
+/// not), then again to its end.
+pub fn crash_then_finish(dir: &Path, script: &str, failpoint: &str) {
+    use std::os::unix::process::ExitStatusExt;
+    std::fs::write(dir.join("job.sql"), script).unwrap();
+    let crashed = floe()
+        .current_dir(dir)
+        .env("FLOE_FAILPOINT", failpoint)
+        .args(["-q", "-f", "job.sql"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        crashed.status.signal(),
+        Some(9),
+        "{failpoint}: the process was not killed there: {:?} {}",
+        crashed.status,
+        String::from_utf8_lossy(&crashed.stderr)
+    );
+    run_script_to_end(dir, script);
 }
