@@ -42,3 +42,16 @@ FROM lake.shop."customers$snapshots" ORDER BY committed_at;
 -- Compaction folds the deletes back into data files.
 CALL lake.system.rewrite_data_files(table => 'shop.customers');
 SELECT content_type, count(*) AS files FROM lake.shop."customers$files" GROUP BY content_type;
+
+-- A Debezium change stream (here from a file; from Kafka the same with 'connector' = 'kafka'):
+-- creates, updates and deletes applied by key to a table with a primary key, exactly once.
+DROP TABLE IF EXISTS lake.shop.customers_mirror;
+CREATE TABLE lake.shop.customers_mirror (id BIGINT, name STRING, email STRING,
+  PRIMARY KEY (id) NOT ENFORCED);
+CREATE SOURCE customer_changes (id BIGINT, name STRING, email STRING)
+WITH ('connector' = 'filesystem', 'path' = 'sql/cdc', 'format' = 'debezium-json');
+SET 'pipeline.name' = 'customers-cdc';
+SET 'table.dml-sync' = 'true';
+INSERT INTO lake.shop.customers_mirror SELECT * FROM customer_changes;
+-- Ann's new email, no Bob (deleted), Cy renamed, Dee created.
+SELECT * FROM lake.shop.customers_mirror ORDER BY id;

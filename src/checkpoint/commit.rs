@@ -263,6 +263,7 @@ async fn commit_upsert(
     committer: Option<&Committer>,
     table: &Table,
     change: EvolvingAppend,
+    deleted_keys: &[String],
 ) -> Result<Table> {
     let ident = table.identifier();
     let Some(committer) = committer else {
@@ -292,7 +293,11 @@ async fn commit_upsert(
             "table {ident} no longer has a primary key (identifier fields)"
         )));
     }
-    let deletes = upsert::superseded(table, &keys, &added).await?;
+    let deletes = upsert::superseded(table, &keys, &added, deleted_keys).await?;
+    if deletes.is_empty() && added.is_empty() {
+        // Deletes of keys the table does not hold: nothing changes.
+        return Ok(table.clone());
+    }
     let delta = RowDelta {
         deletes,
         added,
@@ -308,6 +313,14 @@ async fn commit_upsert(
         upsert::discard(table, &delta.deletes).await;
     }
     committed
+}
+
+/// Delete the files of keys deleted by a checkpoint whose commit is done (best effort: one
+/// left behind is an orphan file, in no snapshot).
+async fn forget_deleted_keys(table: &Table, pending: &PendingCommit) {
+    for path in &pending.deleted_keys {
+        let _ = table.file_io().delete(path).await;
+    }
 }
 
 /// What a table's rows left out of its commit are marked with in the dead-letter table: a
@@ -458,6 +471,7 @@ async fn try_commit(
         },
     };
     if committed_checkpoint(&table, job).is_some_and(|c| c >= checkpoint) {
+        forget_deleted_keys(&table, pending).await;
         return Ok(None);
     }
     let recreated = table.metadata().uuid().to_string() != pending.table_uuid;
@@ -558,7 +572,7 @@ async fn try_commit(
             .collect::<iceberg::Result<Vec<_>>>()?;
         groups.push((group.spec_id, files));
     }
-    if groups.iter().all(|(_, files)| files.is_empty()) {
+    if groups.iter().all(|(_, files)| files.is_empty()) && pending.deleted_keys.is_empty() {
         // Every row was left out (dead letters, committed above): nothing to commit, and a
         // retry finds the same.
         for path in replaced {
@@ -574,7 +588,9 @@ async fn try_commit(
         properties,
     };
     let committed = if pending.upsert {
-        commit_upsert(committer, &table, change).await?
+        let committed = commit_upsert(committer, &table, change, &pending.deleted_keys).await?;
+        forget_deleted_keys(&committed, pending).await;
+        committed
     } else {
         commit_files(catalog, committer, &table, change).await?
     };

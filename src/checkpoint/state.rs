@@ -83,10 +83,15 @@ pub struct PendingCommit {
     /// rows whose keys the files' rows have (see `lake::upsert`).
     #[serde(default)]
     pub upsert: bool,
+    /// Files of the keys whose rows the commit deletes (the key columns of the rows a change
+    /// stream deleted), for a table with a primary key; not part of the table.
+    #[serde(default)]
+    pub deleted_keys: Vec<String>,
 }
 
 impl PendingCommit {
-    /// The paths of the data files it commits.
+    /// The paths of the files it needs: the data files it commits, and the files of keys it
+    /// deletes.
     pub fn file_paths(&self) -> Vec<String> {
         self.groups
             .iter()
@@ -95,6 +100,7 @@ impl PendingCommit {
                 let v: serde_json::Value = serde_json::from_str(json).ok()?;
                 Some(v.get("file_path")?.as_str()?.to_string())
             })
+            .chain(self.deleted_keys.iter().cloned())
             .collect()
     }
 

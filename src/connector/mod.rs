@@ -23,6 +23,7 @@ use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 
 use crate::error::{Error, Reject, Result};
 use crate::format::Decoded;
+use crate::schema::changes::{CHANGE_COLUMN, with_changes};
 use crate::sql::Options;
 
 /// How far a reader got, per partition: the position to resume from, in the connector's
@@ -241,6 +242,18 @@ impl SourceDef {
         self.columns_from().is_some()
     }
 
+    /// Whether its records are changes (inserts, updates and deletes of keyed rows, as
+    /// Debezium's) rather than rows to append.
+    pub fn is_change_stream(&self) -> bool {
+        let decoder = match &self.connector {
+            Connector::Datagen(_) => return false,
+            Connector::Filesystem(o) => &o.decoder,
+            Connector::Kafka(o) => &o.decoder,
+            Connector::Kinesis(o) => &o.decoder,
+        };
+        decoder.format() == crate::format::Format::DebeziumJson
+    }
+
     /// Where the data columns come from when they are not declared, in words.
     pub fn columns_from(&self) -> Option<&'static str> {
         match &self.connector {
@@ -327,11 +340,14 @@ pub fn source_rows(
                     .ok_or_else(|| Error::Internal(format!("no values for column {}", f.name())))
             })
             .collect::<Result<Vec<_>>>()?;
+        // A change stream's rows say last whether each deletes its key.
         let options = RecordBatchOptions::new().with_row_count(Some(data.num_rows()));
-        out.push(
-            RecordBatch::try_new_with_options(schema, columns, &options)
-                .map_err(|e| Error::Internal(format!("source batch: {e}")))?,
-        );
+        let rows = RecordBatch::try_new_with_options(schema, columns, &options)
+            .map_err(|e| Error::Internal(format!("source batch: {e}")))?;
+        out.push(match data.column_by_name(CHANGE_COLUMN) {
+            Some(deletes) => with_changes(&rows, deletes.clone())?,
+            None => rows,
+        });
     }
     Ok(out)
 }

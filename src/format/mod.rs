@@ -5,6 +5,8 @@
 //!                      source declares none, into columns inferred per record (see `schema::infer`)
 //! 'format' = 'csv'     one CSV line per record ('csv.delimiter', default ',')
 //! 'format' = 'raw'     the whole record into the one declared column (STRING or BYTES)
+//! 'format' = 'debezium-json'  Debezium change events into the declared columns, with
+//!                      whether each deletes its row (see `debezium`)
 //! ```
 //!
 //! Decoding is columnar (arrow-json / arrow-csv over the whole poll). Only when a poll holds a
@@ -13,16 +15,18 @@
 //! decoded the same way into its own schema.
 
 pub mod avro;
+pub mod debezium;
 
 use std::collections::HashMap;
 use std::io::Cursor;
 use std::sync::{Arc, Mutex};
 
-use datafusion::arrow::array::{ArrayRef, BinaryArray, RecordBatch, StringArray};
+use datafusion::arrow::array::{ArrayRef, BinaryArray, BooleanArray, RecordBatch, StringArray};
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 
 use crate::error::{Error, Result};
+use crate::schema::changes::with_changes;
 use crate::schema::infer::{ShapeCache, record_shape, shape_key};
 use crate::sql::Options;
 use crate::sql::options::unsupported;
@@ -38,6 +42,8 @@ pub enum Format {
     Raw,
     /// Avro, with the writer schema from a registry or the source's options.
     Avro,
+    /// Debezium change events in JSON.
+    DebeziumJson,
 }
 
 /// Decodes records of one format into the declared schema, or into a schema per record
@@ -126,6 +132,17 @@ impl Decoder {
         });
         let format = match format {
             "json" => Format::Json,
+            "debezium-json" => {
+                if schema.fields().is_empty() {
+                    return Err(Error::Plan(
+                        "'format' = 'debezium-json' needs declared columns (the table's, with \
+                         its PRIMARY KEY NOT ENFORCED), e.g. (id BIGINT, name STRING, PRIMARY \
+                         KEY (id) NOT ENFORCED)"
+                            .to_string(),
+                    ));
+                }
+                Format::DebeziumJson
+            }
             "csv" => {
                 if schema.fields().is_empty() {
                     return Err(Error::Plan(
@@ -163,7 +180,15 @@ impl Decoder {
                 return Err(unsupported(
                     "format",
                     other,
-                    &["json", "csv", "raw", "avro", "avro-confluent", "avro-glue"],
+                    &[
+                        "json",
+                        "csv",
+                        "raw",
+                        "avro",
+                        "avro-confluent",
+                        "avro-glue",
+                        "debezium-json",
+                    ],
                 ));
             }
         };
@@ -236,6 +261,9 @@ impl Decoder {
             avro.resolve(records).await?;
             return avro.decode(records);
         }
+        if self.format == Format::DebeziumJson {
+            return decode_changes(&self.schema, records);
+        }
         let Some(inference) = &self.inference else {
             let (group, errors) = decode_group(self.format, &self.schema, records, |i| i)?;
             return Ok(Decoded {
@@ -282,6 +310,37 @@ impl Decoder {
             errors,
         })
     }
+}
+
+/// Decode Debezium change events into `schema`, with [`CHANGE_COLUMN`] last: whether each
+/// row deletes its key. Tombstones give no row and no error.
+fn decode_changes(schema: &SchemaRef, records: &[&[u8]]) -> Result<Decoded> {
+    let mut rows = Vec::new();
+    let mut flags = Vec::new();
+    let mut inputs = Vec::new();
+    let mut errors = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        match debezium::change(r) {
+            Ok(debezium::Change::Row { json, delete }) => {
+                rows.push(json);
+                flags.push(delete);
+                inputs.push(i);
+            }
+            Ok(debezium::Change::Skip) => {}
+            Err(e) => errors.push((i, e)),
+        }
+    }
+    let these: Vec<&[u8]> = rows.iter().map(Vec::as_slice).collect();
+    let (group, bad) = decode_group(Format::Json, schema, &these, |j| inputs[j])?;
+    errors.extend(bad);
+    errors.sort_by_key(|(i, _)| *i);
+    let deletes = BooleanArray::from_iter(group.rows.iter().map(|&j| Some(flags[j])));
+    let batch = with_changes(&group.batch, Arc::new(deletes))?;
+    let rows = group.rows.iter().map(|&j| inputs[j]).collect();
+    Ok(Decoded {
+        groups: vec![Group { batch, rows }],
+        errors,
+    })
 }
 
 /// Decode `records` into `schema`: all at once, or one by one when some are bad. Errors carry
@@ -364,6 +423,9 @@ fn decode_all(
             }
         }
         Format::Avro => return Err("Avro is decoded by the Avro decoder".to_string()),
+        Format::DebeziumJson => {
+            return Err("Debezium events are decoded by decode_changes".to_string());
+        }
         Format::Raw => {
             let column: ArrayRef = match schema.field(0).data_type() {
                 DataType::Utf8 => Arc::new(StringArray::from_iter_values(

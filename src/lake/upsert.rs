@@ -2,7 +2,8 @@
 //! the table holds replace the rows it holds.
 //!
 //! ```text
-//! a checkpoint's rows ─ last_per_key ─> data files (one row per key)
+//! a checkpoint's rows ─ last_per_key ─> data files (one row per key whose last change is
+//!                                      not a delete), a file of the keys deleted
 //! at commit: the keys of those files ─> the table's live rows with those keys
 //!            (lake::read::positioned) ─> position delete files (lake::deletes)
 //!            ─> one row delta: the new files and the deletes (lake::commit::row_delta)
@@ -14,11 +15,15 @@
 //! the table (rebuilt from it) is the next step.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch, UInt32Array};
-use datafusion::arrow::compute::take_record_batch;
+use datafusion::arrow::array::{ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::kernels::boolean::not;
+use datafusion::arrow::compute::{filter_record_batch, take_record_batch};
 use datafusion::arrow::datatypes::Int64Type;
+use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
+use datafusion::parquet::arrow::ArrowWriter;
 use futures::TryStreamExt;
 use iceberg::scan::FileScanTask;
 use iceberg::spec::{DataFile, Schema};
@@ -27,6 +32,7 @@ use iceberg::table::Table;
 use super::deletes::{self, Target};
 use super::read::{self, FILE_COLUMN, POS_COLUMN};
 use crate::error::{Error, Result};
+use crate::schema::changes::with_changes;
 
 /// The names of `schema`'s identifier fields (its primary key), in order.
 pub fn key_names(schema: &Schema) -> Vec<String> {
@@ -98,13 +104,64 @@ pub fn last_per_key(batch: &RecordBatch, keys: &[String]) -> Result<RecordBatch>
         .map_err(|e| Error::Internal(format!("keeping the last row of each key: {e}")))
 }
 
+/// [`last_per_key`] of a change stream's rows, `deletes` saying which delete their key: the
+/// rows to write (keys whose last change is not a delete), and the key columns of the keys
+/// whose last change is (`None` when there are none).
+pub fn last_per_key_split(
+    batch: &RecordBatch,
+    deletes: &BooleanArray,
+    keys: &[String],
+) -> Result<(RecordBatch, Option<RecordBatch>)> {
+    let fail = |e: ArrowError| Error::Internal(format!("a checkpoint's changes: {e}"));
+    let with = with_changes(batch, Arc::new(deletes.clone()))?;
+    let last = last_per_key(&with, keys)?;
+    let flags = last.column(last.num_columns() - 1).as_boolean().clone();
+    let rows = last
+        .project(&(0..batch.num_columns()).collect::<Vec<_>>())
+        .map_err(fail)?;
+    if flags.true_count() == 0 {
+        return Ok((rows, None));
+    }
+    let upserts = filter_record_batch(&rows, &not(&flags).map_err(fail)?).map_err(fail)?;
+    let key_columns: Vec<usize> = keys
+        .iter()
+        .map(|k| rows.schema().index_of(k).map_err(fail))
+        .collect::<Result<_>>()?;
+    let deleted =
+        filter_record_batch(&rows.project(&key_columns).map_err(fail)?, &flags).map_err(fail)?;
+    Ok((upserts, Some(deleted)))
+}
+
+/// Write `keys` (key columns of rows deleted) to a file beside `table`'s data, for a
+/// checkpoint to find at its commit (and after a crash); not part of the table. Its path.
+pub async fn write_keys(table: &Table, keys: &RecordBatch) -> Result<String> {
+    let path = format!(
+        "{}/data/{}-deleted-keys.parquet",
+        table.metadata().location(),
+        uuid::Uuid::new_v4()
+    );
+    let fail = |e: String| Error::Internal(format!("writing {path}: {e}"));
+    let mut buffer = Vec::new();
+    let mut writer =
+        ArrowWriter::try_new(&mut buffer, keys.schema(), None).map_err(|e| fail(e.to_string()))?;
+    writer.write(keys).map_err(|e| fail(e.to_string()))?;
+    writer.close().map_err(|e| fail(e.to_string()))?;
+    table
+        .file_io()
+        .new_output(&path)?
+        .write(bytes::Bytes::from(buffer))
+        .await?;
+    Ok(path)
+}
+
 /// The position delete files removing `table`'s live rows whose keys (`keys`, its key
-/// columns) are those of the rows in `added` (data files not in the table yet), written but
-/// not committed, each with its spec id.
+/// columns) are those of the rows in `added` (data files not in the table yet) or in the
+/// files `deleted` ([`write_keys`]), written but not committed, each with its spec id.
 pub async fn superseded(
     table: &Table,
     keys: &[String],
     added: &[DataFile],
+    deleted: &[String],
 ) -> Result<Vec<(DataFile, i32)>> {
     if table.metadata().current_snapshot().is_none() {
         return Ok(Vec::new());
@@ -114,6 +171,11 @@ pub async fn superseded(
     let schema = table.metadata().current_schema();
     for f in added {
         for batch in read::conformed(table.file_io(), schema, f.file_path()).await? {
+            wanted.extend(converter.of(&batch)?);
+        }
+    }
+    for path in deleted {
+        for batch in read::parquet(table.file_io(), path, "file of deleted keys").await? {
             wanted.extend(converter.of(&batch)?);
         }
     }

@@ -28,6 +28,12 @@ impl Session {
     /// Start the continuous job for `stmt`, an `INSERT INTO target SELECT ...` that reads
     /// sources.
     pub(super) async fn start_job(&self, stmt: DFStatement) -> Result<Output> {
+        let changes: Vec<String> = self
+            .sources_read_by(&stmt)
+            .iter()
+            .filter(|s| s.is_change_stream())
+            .map(|s| s.name.clone())
+            .collect();
         let planner = QueryPlanner::new(self.ctx.state(), stmt);
         let (query, plan) = ContinuousQuery::try_new(planner, &self.sources()).await?;
         let LogicalPlan::Dml(dml) = &plan else {
@@ -55,7 +61,16 @@ impl Session {
         let ident = lake.table().identifier().clone();
         let committer = self.committer(&catalog_name);
         let md = lake.table().metadata();
-        if md.current_schema().identifier_field_ids().next().is_some() {
+        let keyed = md.current_schema().identifier_field_ids().next().is_some();
+        if !changes.is_empty() && !keyed {
+            return Err(Error::Plan(format!(
+                "source {} is a change stream (its records update and delete rows by key), \
+                 and table {ident} has no primary key to apply them by: create it with \
+                 PRIMARY KEY (...) NOT ENFORCED",
+                changes.join(", ")
+            )));
+        }
+        if keyed {
             // A keyed table keeps one row per key: its commits delete rows (position deletes).
             if committer.is_none() {
                 return Err(Error::Unsupported(format!(
@@ -91,7 +106,15 @@ impl Session {
         )?;
         let options = RouteOptions::try_new(options)?;
         let planner = QueryPlanner::routed(self.ctx.state(), s.query, s.route);
-        if self.sources_read_by(planner.statement()).is_empty() {
+        let read = self.sources_read_by(planner.statement());
+        if let Some(c) = read.iter().find(|s| s.is_change_stream()) {
+            return Err(Error::Unsupported(format!(
+                "ROUTE BY over change stream {}: routed tables are created without a primary \
+                 key, so their changes cannot be applied yet; INSERT INTO each keyed table",
+                c.name
+            )));
+        }
+        if read.is_empty() {
             // A name the SELECT reads that does not exist says so first.
             let state = self.ctx.state();
             state.statement_to_plan(planner.statement().clone()).await?;

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{DataType, Schema as ArrowSchema, SchemaRef};
 use iceberg::Catalog;
@@ -28,6 +28,7 @@ use crate::checkpoint::{FileGroup, PendingCommit};
 use crate::error::{Error, Reject, Result};
 use crate::lake::commit::staged;
 use crate::lake::{TableWriter, upsert};
+use crate::schema::changes::split_changes;
 use crate::schema::merge::merge_schemas;
 use crate::schema::types::column_count;
 use crate::schema::{conform_to, evolve, match_case};
@@ -125,6 +126,8 @@ pub struct TableSink {
     /// of each key is written (see `lake::upsert`). Such a table's schema does not evolve
     /// with the rows: its rows are matched by key across checkpoints, in one schema.
     keys: Vec<String>,
+    /// For a table with a primary key: whether each row of `pending` deletes its key.
+    deletes: Vec<BooleanArray>,
     /// When `base` was loaded or committed.
     loaded: Instant,
     /// The staged schema and its Arrow form.
@@ -214,6 +217,7 @@ impl TableSink {
             catalog_name: catalog_name.to_string(),
             catalog: catalog.clone(),
             keys,
+            deletes: Vec::new(),
             staged: table.clone(),
             base: table,
             committing: None,
@@ -305,6 +309,17 @@ impl TableSink {
         if batch.num_rows() == 0 {
             return Ok(0);
         }
+        let (batch, deletes) = split_changes(batch)?;
+        if let Some(d) = &deletes
+            && self.keys.is_empty()
+            && d.true_count() > 0
+        {
+            return Err(Error::Plan(format!(
+                "the job's rows delete rows (a change stream), and table {} has no primary key \
+                 to find them by: declare it, PRIMARY KEY (...) NOT ENFORCED",
+                self.base.identifier()
+            )));
+        }
         let batch = if self.case_insensitive {
             match_case(self.staged.metadata().current_schema(), &batch).map_err(Error::Record)?
         } else {
@@ -317,6 +332,10 @@ impl TableSink {
         };
         let rows = conform_to(&self.arrow_schema()?, &batch)?;
         let n = rows.num_rows();
+        if !self.keys.is_empty() {
+            self.deletes
+                .push(deletes.unwrap_or_else(|| BooleanArray::from(vec![false; n])));
+        }
         self.rows += n as u64;
         self.pending_rows += n;
         self.pending_bytes += slice_bytes(&rows);
@@ -506,16 +525,25 @@ impl TableSink {
 
     /// Close every file; what the checkpoint must commit for this table, if anything.
     pub async fn close(&mut self) -> Result<Option<PendingCommit>> {
+        let mut deleted_keys = Vec::new();
         if !self.keys.is_empty() && !self.pending.is_empty() {
             let all = concat(&self.arrow_schema()?, self.take_pending())?;
-            let last = upsert::last_per_key(&all, &self.keys)?;
-            self.pending_rows = last.num_rows();
-            self.pending_bytes = slice_bytes(&last);
-            self.pending.push(last);
+            let deletes: Vec<&dyn Array> = self.deletes.iter().map(|d| d as &dyn Array).collect();
+            let deletes = datafusion::arrow::compute::concat(&deletes)
+                .map_err(|e| Error::Internal(format!("a checkpoint's deletes: {e}")))?;
+            self.deletes.clear();
+            let (upserts, deleted) =
+                upsert::last_per_key_split(&all, deletes.as_boolean(), &self.keys)?;
+            if let Some(keys) = deleted {
+                deleted_keys.push(upsert::write_keys(&self.staged, &keys).await?);
+            }
+            self.pending_rows = upserts.num_rows();
+            self.pending_bytes = slice_bytes(&upserts);
+            self.pending.push(upserts);
         }
         self.close_writer().await?;
         let files = std::mem::take(&mut self.closed);
-        if files.is_empty() {
+        if files.is_empty() && deleted_keys.is_empty() {
             return Ok(None);
         }
         let md = self.staged.metadata();
@@ -549,6 +577,7 @@ impl TableSink {
             rows: std::mem::take(&mut self.rows),
             recreate: self.recreate,
             upsert: !self.keys.is_empty(),
+            deleted_keys,
         };
         // Until the commit is done, what follows starts from the table as it leaves it.
         self.committing = Some(self.staged.clone());

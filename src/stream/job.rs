@@ -25,15 +25,17 @@ use super::watermark::WatermarkTracker;
 use crate::checkpoint::resume::{mark_of, marks_in};
 use crate::checkpoint::{Mark, StateStore, TableMarks, commit_all, resume};
 use crate::connector::{Offsets, Origins, Poll, SourceReader};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lake::Committer;
 use crate::lake::maintenance::policy::MaintenancePolicy;
+use crate::schema::changes;
 use crate::sink::dead_letter::{self, DeadLetter, DeadLetters, letters_of, row_json};
 use crate::sink::route::{RouteOptions, RoutedSink};
 use crate::sink::table::TableTarget;
 use crate::sink::table_sink::TableSink;
 use crate::sink::{Outcome, RowOrigins, Sink};
-use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::array::{BooleanArray, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::take;
 
 /// Rows asked of a source per poll.
 const POLL_ROWS: usize = 32768;
@@ -493,12 +495,17 @@ impl<'a> Runner<'a> {
         batch: RecordBatch,
         origins: Option<RowOrigins>,
     ) -> Result<()> {
+        let (batch, changes) = changes::split_changes(batch)?;
         let out = self.job.query.run(source, batch).await?;
         if out.rows.num_rows() == 0 {
             return Ok(());
         }
+        let rows = match &changes {
+            Some(deletes) => with_changes(out.rows, deletes, out.inputs.as_ref())?,
+            None => out.rows,
+        };
         let origins = origins.zip(out.inputs).map(|(o, inputs)| o.through(inputs));
-        let outcome = self.data.write(source, out.rows, origins).await?;
+        let outcome = self.data.write(source, rows, origins).await?;
         self.take(outcome).await
     }
 
@@ -516,4 +523,23 @@ impl<'a> Runner<'a> {
         self.job.status.records_dead.fetch_add(n, Ordering::Relaxed);
         Ok(())
     }
+}
+
+/// The query's output `rows` of a change stream's batch, with [`CHANGE_COLUMN`](crate::schema::CHANGE_COLUMN) last again:
+/// each row deletes its key when the input row it came from (`inputs`) did.
+fn with_changes(
+    rows: RecordBatch,
+    deletes: &BooleanArray,
+    inputs: Option<&UInt32Array>,
+) -> Result<RecordBatch> {
+    let Some(inputs) = inputs else {
+        return Err(Error::Plan(
+            "the job's query reads a change stream, but its rows cannot be traced to the \
+             changes they come from (a column named __floe_input_row?)"
+                .into(),
+        ));
+    };
+    let flags = take(deletes, inputs, None)
+        .map_err(|e| Error::Internal(format!("a change stream's rows: {e}")))?;
+    changes::with_changes(&rows, flags)
 }

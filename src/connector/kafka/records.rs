@@ -15,7 +15,7 @@ use super::{
 use crate::connector::{BadRecord, RecordOrigins, source_rows};
 use crate::error::Reject;
 use crate::error::Result;
-use crate::format::Decoder;
+use crate::format::{Decoder, Format};
 
 /// One message, copied out of librdkafka.
 #[derive(Debug, Clone)]
@@ -43,8 +43,11 @@ pub async fn decode(
         payload: r.payload.clone().unwrap_or_default(),
         reject: Reject::new(format!("{} offset {}: {why}", r.tp, r.offset)),
     };
+    // A change stream's tombstones (a key with no value, after a delete) are no change.
+    let tombstones = decoder.format() == Format::DebeziumJson;
     for (i, r) in raw.iter().enumerate() {
         match (&r.payload, &r.key) {
+            (None, _) if tombstones => good.push(i),
             (None, _) => rejects.push(reject(r, "the record has no value (a null payload)".into())),
             (Some(_), Some(key)) if check_key && std::str::from_utf8(key).is_err() => {
                 let why = "the record's key is not UTF-8 text, as _key STRING needs";

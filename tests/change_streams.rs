@@ -1,0 +1,134 @@
+//! Debezium change streams applied to tables with a primary key: inserts, updates and
+//! deletes of thousands of keys, generated here with the state they must leave (computed by
+//! this test, not by floe), run straight through, with frequent checkpoints, killed with
+//! SIGKILL at random moments, and crashed at each checkpoint step.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use common::process::{Rng, crash_then_finish, kill_and_restart, query_csv, run_script_to_end};
+
+const CATALOG: &str = "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql', \
+                       'uri' = 'sqlite:lake/catalog.db', 'warehouse' = 'lake/warehouse')";
+
+const EVENTS: usize = 150_000;
+const KEYS: u64 = 4_000;
+
+/// The events (Debezium JSON, one per line: snapshot reads, creates, updates, deletes,
+/// tombstones, some wrapped with their schema) and the rows they leave, by key.
+fn events() -> (String, BTreeMap<u64, String>) {
+    let mut rng = Rng(0x5eed_cafe);
+    let mut state: BTreeMap<u64, String> = BTreeMap::new();
+    let mut out = String::new();
+    for i in 0..EVENTS {
+        let id = rng.next(KEYS);
+        let name = format!("n{i}");
+        let line = match state.get(&id) {
+            None => {
+                let op = if i < 1_000 { "r" } else { "c" };
+                state.insert(id, name.clone());
+                format!(
+                    r#"{{"before":null,"after":{{"id":{id},"name":"{name}"}},"op":"{op}","ts_ms":{i}}}"#
+                )
+            }
+            Some(old) if rng.next(4) == 0 => {
+                let line = format!(
+                    r#"{{"before":{{"id":{id},"name":"{old}"}},"after":null,"op":"d","ts_ms":{i}}}"#
+                );
+                state.remove(&id);
+                // Debezium's tombstone after the delete: no change.
+                format!("{line}\n")
+            }
+            Some(_) => {
+                state.insert(id, name.clone());
+                let event = format!(
+                    r#"{{"before":{{"id":{id}}},"after":{{"id":{id},"name":"{name}"}},"op":"u","ts_ms":{i}}}"#
+                );
+                if i % 7 == 0 {
+                    format!(r#"{{"schema":{{"type":"struct"}},"payload":{event}}}"#)
+                } else {
+                    event
+                }
+            }
+        };
+        writeln!(out, "{line}").unwrap();
+    }
+    (out, state)
+}
+
+fn script(interval: &str) -> String {
+    format!(
+        "{CATALOG};
+         CREATE SCHEMA IF NOT EXISTS lake.shop;
+         CREATE TABLE IF NOT EXISTS lake.shop.customers (id BIGINT, name STRING,
+           PRIMARY KEY (id) NOT ENFORCED) PARTITIONED BY (bucket(4, id));
+         CREATE SOURCE changes (id BIGINT, name STRING) WITH ('connector' = 'filesystem',
+           'path' = 'changes.jsonl', 'format' = 'debezium-json');
+         SET 'pipeline.name' = 'cdc';
+         SET 'checkpoint.interval' = '{interval}';
+         INSERT INTO lake.shop.customers SELECT * FROM changes;"
+    )
+}
+
+/// A folder holding the events; the rows they must leave, as floe prints them in CSV.
+fn prepared(dir: &Path) -> String {
+    let (events, state) = events();
+    std::fs::write(dir.join("changes.jsonl"), events).unwrap();
+    let mut csv = String::from("id,name\n");
+    for (id, name) in state {
+        writeln!(csv, "{id},{name}").unwrap();
+    }
+    csv
+}
+
+fn table(dir: &Path) -> String {
+    query_csv(
+        dir,
+        CATALOG,
+        "SELECT id, name FROM lake.shop.customers ORDER BY id",
+    )
+}
+
+#[test]
+fn a_change_stream_leaves_the_final_state_of_every_key() {
+    for interval in ["1h", "50ms"] {
+        let dir = tempfile::tempdir().unwrap();
+        let expected = prepared(dir.path());
+        run_script_to_end(dir.path(), &script(interval));
+        assert!(
+            table(dir.path()) == expected,
+            "checkpoint.interval {interval}: the table is not the final state of the keys"
+        );
+    }
+}
+
+#[test]
+fn a_change_stream_killed_and_restarted_leaves_the_final_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let expected = prepared(dir.path());
+    let kills = kill_and_restart(dir.path(), &script("100ms"), 700);
+    assert!(
+        kills >= 3,
+        "the job ended too soon to be killed: only {kills} kills"
+    );
+    assert!(
+        table(dir.path()) == expected,
+        "killed {kills} times: the table is not the final state of the keys"
+    );
+}
+
+#[test]
+fn a_change_stream_crashed_at_each_checkpoint_step_leaves_the_final_state() {
+    for failpoint in ["after-record:3", "after-commits:3", "in-metadata-write:4"] {
+        let dir = tempfile::tempdir().unwrap();
+        let expected = prepared(dir.path());
+        crash_then_finish(dir.path(), &script("100ms"), failpoint);
+        assert!(
+            table(dir.path()) == expected,
+            "crashed at {failpoint}: the table is not the final state of the keys"
+        );
+    }
+}

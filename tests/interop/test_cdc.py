@@ -1,0 +1,145 @@
+"""Change data capture: a Debezium JSON change stream of 100,000 keys produced to the Kafka
+test broker (tansu) and applied to a table with a primary key by a floe job killed with
+SIGKILL while the producer writes. The state the changes leave is computed here, key by
+key, and the table read by pyiceberg, DuckDB and floe must equal it."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from conftest import SqlLake, run_floe_in
+from test_kafka import Producer, create_topic, kafka, sql_str  # noqa: F401 (fixture)
+
+KEYS = 100_000
+
+
+def debezium(op: str, before: dict | None, after: dict | None, wrapped: bool) -> bytes:
+    event = {"before": before, "after": after, "op": op, "ts_ms": int(time.time() * 1000),
+             "source": {"connector": "postgresql", "db": "shop", "table": "customers"}}
+    if wrapped:
+        event = {"schema": {"type": "struct", "name": "dbserver1.shop.customers.Envelope"},
+                 "payload": event}
+    return json.dumps(event).encode()
+
+
+def changes(rng: random.Random) -> tuple[list[tuple[bytes, bytes | None]], dict[int, tuple]]:
+    """(key, value) messages: every key created (snapshot reads first), then updates and
+    deletes (each delete followed by its tombstone) and some keys created again; and the
+    rows they leave."""
+    state: dict[int, tuple] = {}
+    out: list[tuple[bytes, bytes | None]] = []
+
+    def key(i: int) -> bytes:
+        return json.dumps({"id": i}).encode()
+
+    for i in range(KEYS):
+        row = {"id": i, "name": f"c{i}", "tier": i % 3}
+        state[i] = (row["name"], row["tier"])
+        out.append((key(i), debezium("r" if i < 10_000 else "c", None, row, i % 5 == 0)))
+    for step in range(40_000):
+        i = rng.randrange(KEYS)
+        if i in state and rng.random() < 0.3:
+            before = {"id": i, "name": state[i][0], "tier": state[i][1]}
+            del state[i]
+            out.append((key(i), debezium("d", before, None, step % 5 == 0)))
+            out.append((key(i), None))
+        elif i in state:
+            row = {"id": i, "name": f"u{step}", "tier": (state[i][1] + 1) % 3}
+            state[i] = (row["name"], row["tier"])
+            out.append((key(i), debezium("u", {"id": i}, row, step % 5 == 0)))
+        else:
+            row = {"id": i, "name": f"again{step}", "tier": 9}
+            state[i] = (row["name"], row["tier"])
+            out.append((key(i), debezium("c", None, row, False)))
+    return out, state
+
+
+def job(lake: SqlLake, topic: str, bootstrap: str) -> str:
+    opts = {
+        "connector": "kafka",
+        "topic": topic,
+        "properties.bootstrap.servers": bootstrap,
+        "format": "debezium-json",
+        "scan.startup.mode": "earliest-offset",
+        "scan.bounded.mode": "latest-offset",
+    }
+    body = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in opts.items())
+    return ";\n".join([
+        lake.ddl(),
+        "CREATE SCHEMA IF NOT EXISTS lake.shop",
+        "CREATE TABLE IF NOT EXISTS lake.shop.customers (id BIGINT, name STRING, tier INT, "
+        "PRIMARY KEY (id) NOT ENFORCED) PARTITIONED BY (bucket(8, id))",
+        f"CREATE SOURCE customers (id BIGINT, name STRING, tier INT) WITH ({body})",
+        "SET 'pipeline.name' = 'cdc'",
+        "SET 'checkpoint.interval' = '500ms'",
+        "INSERT INTO lake.shop.customers SELECT * FROM customers",
+    ]) + ";\n"
+
+
+def test_a_debezium_stream_of_100k_keys_survives_kills_and_reads_the_same_everywhere(
+    kafka, floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+):
+    seed = random.randrange(1 << 30)
+    print(f"seed: {seed}")
+    rng = random.Random(seed)
+    messages, state = changes(rng)
+    topic = create_topic(kafka, 4)
+    work = tmp_path / "job"
+    work.mkdir()
+    (work / "job.sql").write_text(job(lake, topic, kafka))
+    prod = Producer(kafka)
+
+    def produce() -> None:
+        for n, (k, v) in enumerate(messages):
+            prod.send(topic, v, key=k)
+            if n % 2_000 == 1_999:
+                time.sleep(0.1)
+        prod.flush()
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    kills = 0
+    try:
+        for wait in [rng.uniform(1.0, 2.0) for _ in range(5)]:
+            proc = subprocess.Popen([str(floe_bin), "-q", "-f", "job.sql"], cwd=work,
+                                    stdout=subprocess.DEVNULL, stderr=open(work / "floe.err", "ab"))
+            time.sleep(wait)
+            if proc.poll() is None:
+                proc.kill()
+                kills += 1
+            proc.wait()
+    finally:
+        producer.join(timeout=300)
+    assert not producer.is_alive(), "the producer did not finish"
+    assert kills >= 3, f"only {kills} kills: {(work / 'floe.err').read_text()}"
+    # Now to the end of the topic.
+    done = subprocess.run([str(floe_bin), "-q", "-f", "job.sql"], cwd=work,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+
+    expected = sorted((k, n, t) for k, (n, t) in state.items())
+    table = lake.pyiceberg().load_table("shop.customers")
+    py = sorted((r["id"], r["name"], r["tier"]) for r in table.scan().to_arrow().to_pylist())
+    assert len(py) == len(expected), (len(py), len(expected), seed)
+    assert py == expected, f"pyiceberg: not the source's final state (seed {seed})"
+    dk = sorted(duck.execute(
+        f"SELECT id, name, tier FROM iceberg_scan('{table.metadata_location}')").fetchall())
+    assert dk == expected, f"DuckDB: not the source's final state (seed {seed})"
+    (fl,) = run_floe_in(floe_bin, work, lake.ddl(),
+                        "SELECT count(*) AS n, sum(id) AS s, count(DISTINCT name) AS names "
+                        "FROM lake.shop.customers")
+    assert (fl["n"], fl["s"], fl["names"]) == (
+        len(expected), sum(k for k, _, _ in expected), len({n for _, n, _ in expected})
+    ), fl
+    # Deletes are position deletes, never equality deletes.
+    files = table.inspect.files().to_pylist()
+    assert {f["content"] for f in files} <= {0, 1}, {f["content"] for f in files}
+    assert any(f["content"] == 1 for f in files)
+    # No dead letters: tombstones are no change, every event applied.
+    names = [t[1] for t in lake.pyiceberg().list_tables("shop")]
+    assert "dead_letters" not in names, names
