@@ -13,13 +13,10 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::error::Result as DFResult;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::streaming::StreamingTableExec;
-use futures::TryStreamExt;
-use iceberg::scan::FileScanTask;
 use iceberg::table::Table;
 
 use super::positioned::Files;
 
-use crate::error::Error;
 use crate::lake::read;
 
 /// A scan of the table's current snapshot, file by file.
@@ -29,17 +26,7 @@ pub async fn scan(
     projection: Option<&Vec<usize>>,
     limit: Option<usize>,
 ) -> DFResult<Arc<dyn ExecutionPlan>> {
-    let tasks: Vec<FileScanTask> = table
-        .scan()
-        .select_all()
-        .build()
-        .map_err(Error::from)?
-        .plan_files()
-        .await
-        .map_err(Error::from)?
-        .try_collect()
-        .await
-        .map_err(Error::from)?;
+    let tasks = read::plan_all(table).await?;
     let files = Arc::new(Files {
         table: table.clone(),
         schema: schema.clone(),

@@ -293,7 +293,7 @@ async fn commit_upsert(
             "table {ident} no longer has a primary key (identifier fields)"
         )));
     }
-    let deletes = upsert::superseded(table, &keys, &added, deleted_keys).await?;
+    let (deletes, update) = upsert::superseded(table, &keys, &added, deleted_keys).await?;
     if deletes.is_empty() && added.is_empty() {
         // Deletes of keys the table does not hold: nothing changes.
         return Ok(table.clone());
@@ -309,8 +309,9 @@ async fn commit_upsert(
         Ok(prepared) => committer.commit(table, prepared).await,
         Err(e) => Err(e),
     };
-    if committed.is_err() {
-        upsert::discard(table, &delta.deletes).await;
+    match &committed {
+        Ok(t) => upsert::committed(t, update, t.metadata().current_snapshot_id()).await,
+        Err(_) => upsert::discard(table, &delta.deletes).await,
     }
     committed
 }

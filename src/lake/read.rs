@@ -14,6 +14,7 @@ use bytes::Bytes;
 use datafusion::arrow::array::{BooleanArray, Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema as ArrowSchema, SchemaRef};
+use datafusion::parquet::arrow::ProjectionMask;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
@@ -73,10 +74,34 @@ fn collect(ty: &Type, out: &mut Vec<i32>) {
 
 /// Every batch of Parquet file `path` (`what` it is, for errors).
 pub async fn parquet(io: &FileIO, path: &str, what: &str) -> Result<Vec<RecordBatch>> {
+    parquet_columns(io, path, what, None).await
+}
+
+/// [`parquet`], of only the top-level columns named `columns` (all when `None`).
+async fn parquet_columns(
+    io: &FileIO,
+    path: &str,
+    what: &str,
+    columns: Option<&Schema>,
+) -> Result<Vec<RecordBatch>> {
     let bytes: Bytes = io.new_input(path)?.read().await?;
     let fail = |e: String| Error::Internal(format!("reading {what} {path}: {e}"));
-    ParquetRecordBatchReaderBuilder::try_new(bytes)
-        .and_then(|b| b.build())
+    let mut builder =
+        ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| fail(e.to_string()))?;
+    if let Some(columns) = columns {
+        let roots: Vec<usize> = builder
+            .schema()
+            .fields()
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| columns.field_by_name(f.name()).is_some())
+            .map(|(i, _)| i)
+            .collect();
+        let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+        builder = builder.with_projection(mask);
+    }
+    builder
+        .build()
         .map_err(|e| fail(e.to_string()))?
         .map(|b| b.map_err(|e| fail(e.to_string())))
         .collect()
@@ -84,7 +109,18 @@ pub async fn parquet(io: &FileIO, path: &str, what: &str) -> Result<Vec<RecordBa
 
 /// The rows of data file `path`, in `schema` (the table's current one), matched by name.
 pub async fn conformed(io: &FileIO, schema: &Schema, path: &str) -> Result<Vec<RecordBatch>> {
-    parquet(io, path, "data file")
+    conformed_columns(io, schema, path, false).await
+}
+
+/// [`conformed`]; when `only`, only `schema`'s columns are read from the file (a projection
+/// of the table's schema: the key columns, say).
+async fn conformed_columns(
+    io: &FileIO,
+    schema: &Schema,
+    path: &str,
+    only: bool,
+) -> Result<Vec<RecordBatch>> {
+    parquet_columns(io, path, "data file", only.then_some(schema))
         .await?
         .iter()
         .map(|b| conform(schema, b))
@@ -135,6 +171,32 @@ pub fn live(
         .boxed())
 }
 
+/// The table's columns named `names`, as a schema of their own (with their field ids).
+pub fn columns_of(table: &Table, names: &[String]) -> Result<Schema> {
+    let current = table.metadata().current_schema();
+    let fields = names
+        .iter()
+        .map(|n| {
+            current.field_by_name(n).cloned().ok_or_else(|| {
+                Error::Internal(format!("table {} has no column {n}", table.identifier()))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Schema::builder().with_fields(fields).build()?)
+}
+
+/// Every file of the table's current snapshot, planned for reading all its columns.
+pub async fn plan_all(table: &Table) -> Result<Vec<FileScanTask>> {
+    Ok(table
+        .scan()
+        .select_all()
+        .build()?
+        .plan_files()
+        .await?
+        .try_collect()
+        .await?)
+}
+
 /// The column [`positioned`] adds holding each row's data file.
 pub const FILE_COLUMN: &str = "__floe_file";
 /// The column [`positioned`] adds holding each row's position in its data file.
@@ -142,7 +204,11 @@ pub const POS_COLUMN: &str = "__floe_pos";
 
 /// The table's current schema in Arrow with [`FILE_COLUMN`] and [`POS_COLUMN`] after it.
 pub fn positioned_schema(table: &Table) -> Result<SchemaRef> {
-    let arrow = schema_to_arrow_schema(table.metadata().current_schema())?;
+    with_positions(&schema_to_arrow_schema(table.metadata().current_schema())?)
+}
+
+/// `arrow` with [`FILE_COLUMN`] and [`POS_COLUMN`] after its columns.
+fn with_positions(arrow: &ArrowSchema) -> Result<SchemaRef> {
     let mut fields: Vec<FieldRef> = arrow.fields().iter().cloned().collect();
     fields.push(Arc::new(Field::new(FILE_COLUMN, DataType::Utf8, false)));
     fields.push(Arc::new(Field::new(POS_COLUMN, DataType::Int64, false)));
@@ -157,9 +223,22 @@ pub fn positioned(
     table: &Table,
     tasks: Vec<FileScanTask>,
 ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+    positioned_columns(table, tasks, None)
+}
+
+/// [`positioned`], of only the table's columns named `columns` (then their positions).
+pub fn positioned_columns(
+    table: &Table,
+    tasks: Vec<FileScanTask>,
+    columns: Option<&[String]>,
+) -> Result<BoxStream<'static, Result<RecordBatch>>> {
     let io = table.file_io().clone();
-    let iceberg = table.metadata().current_schema().clone();
-    let schema = positioned_schema(table)?;
+    let current = table.metadata().current_schema();
+    let (iceberg, only) = match columns {
+        None => (current.clone(), false),
+        Some(names) => (Arc::new(columns_of(table, names)?), true),
+    };
+    let schema = with_positions(&schema_to_arrow_schema(&iceberg)?)?;
     Ok(futures::stream::iter(tasks)
         .then(move |task| {
             let io = io.clone();
@@ -167,7 +246,7 @@ pub fn positioned(
             let schema = schema.clone();
             async move {
                 let deleted = deletes::deleted_positions(&io, &task).await?;
-                let batches = conformed(&io, &iceberg, &task.data_file_path).await?;
+                let batches = conformed_columns(&io, &iceberg, &task.data_file_path, only).await?;
                 let mut start = 0i64;
                 let mut out = Vec::with_capacity(batches.len());
                 for batch in batches {

@@ -10,9 +10,9 @@
 //! ```
 //!
 //! The rows to delete are found at commit, on the table as it is then, so a commit that
-//! loses a race (or runs again after a crash) finds them again: the table is the truth.
-//! Finding them reads every live row of the table's files today; a key index kept beside
-//! the table (rebuilt from it) is the next step.
+//! loses a race (or runs again after a crash) finds them again: the table is the truth,
+//! and the key index that finds them (`lake::key_index`) is rebuilt from it whenever it
+//! does not reflect the snapshot committed on.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -20,17 +20,15 @@ use std::sync::Arc;
 use datafusion::arrow::array::{ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array};
 use datafusion::arrow::compute::kernels::boolean::not;
 use datafusion::arrow::compute::{filter_record_batch, take_record_batch};
-use datafusion::arrow::datatypes::Int64Type;
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
 use datafusion::parquet::arrow::ArrowWriter;
-use futures::TryStreamExt;
-use iceberg::scan::FileScanTask;
 use iceberg::spec::{DataFile, Schema};
 use iceberg::table::Table;
 
 use super::deletes::{self, Target};
-use super::read::{self, FILE_COLUMN, POS_COLUMN};
+use super::key_index::{self, Key, Update};
+use super::read;
 use crate::error::{Error, Result};
 use crate::schema::changes::with_changes;
 
@@ -43,13 +41,13 @@ pub fn key_names(schema: &Schema) -> Vec<String> {
 }
 
 /// The key columns of batches, compared as rows.
-struct Keys {
+pub struct Keys {
     names: Vec<String>,
     converter: Option<RowConverter>,
 }
 
 impl Keys {
-    fn new(names: &[String]) -> Self {
+    pub fn new(names: &[String]) -> Self {
         Self {
             names: names.to_vec(),
             converter: None,
@@ -57,7 +55,7 @@ impl Keys {
     }
 
     /// The key of every row of `batch`.
-    fn of(&mut self, batch: &RecordBatch) -> Result<Vec<OwnedRow>> {
+    pub fn of(&mut self, batch: &RecordBatch) -> Result<Vec<OwnedRow>> {
         let columns: Vec<ArrayRef> =
             self.names
                 .iter()
@@ -156,66 +154,72 @@ pub async fn write_keys(table: &Table, keys: &RecordBatch) -> Result<String> {
 
 /// The position delete files removing `table`'s live rows whose keys (`keys`, its key
 /// columns) are those of the rows in `added` (data files not in the table yet) or in the
-/// files `deleted` ([`write_keys`]), written but not committed, each with its spec id.
+/// files `deleted` ([`write_keys`]), written but not committed, each with its spec id; and
+/// the change to the table's key index once they are committed ([`committed`]). The rows
+/// are found with the index (`lake::key_index`), made to reflect the table as it is.
 pub async fn superseded(
     table: &Table,
     keys: &[String],
     added: &[DataFile],
     deleted: &[String],
-) -> Result<Vec<(DataFile, i32)>> {
-    if table.metadata().current_snapshot().is_none() {
-        return Ok(Vec::new());
-    }
+) -> Result<(Vec<(DataFile, i32)>, Update)> {
+    let base = table.metadata().current_snapshot_id();
     let mut converter = Keys::new(keys);
-    let mut wanted = HashSet::new();
-    let schema = table.metadata().current_schema();
+    let mut update = Update {
+        base,
+        keys: Vec::new(),
+        rows: Vec::new(),
+    };
+    let key_schema = read::columns_of(table, keys)?;
     for f in added {
-        for batch in read::conformed(table.file_io(), schema, f.file_path()).await? {
-            wanted.extend(converter.of(&batch)?);
+        let mut pos = 0u64;
+        for batch in read::conformed(table.file_io(), &key_schema, f.file_path()).await? {
+            for k in converter.of(&batch)? {
+                let k: Key = k.as_ref().into();
+                update.keys.push(k.clone());
+                update.rows.push((k, f.file_path().to_string(), pos));
+                pos += 1;
+            }
         }
     }
     for path in deleted {
         for batch in read::parquet(table.file_io(), path, "file of deleted keys").await? {
-            wanted.extend(converter.of(&batch)?);
+            update
+                .keys
+                .extend(converter.of(&batch)?.into_iter().map(|k| k.as_ref().into()));
         }
     }
-    let tasks: Vec<FileScanTask> = table
-        .scan()
-        .select_all()
-        .build()?
-        .plan_files()
-        .await?
-        .try_collect()
-        .await?;
-    let targets: BTreeMap<String, Target> = tasks
-        .iter()
-        .map(|t| (t.data_file_path.clone(), Target::of(t)))
-        .collect();
+    if base.is_none() {
+        return Ok((Vec::new(), update));
+    }
+    let index = key_index::of(table);
+    let mut index = index.lock().await;
+    index.reflect(table, keys, &mut converter).await?;
     let mut positions: BTreeMap<String, Vec<i64>> = BTreeMap::new();
-    let mut rows = read::positioned(table, tasks)?;
-    while let Some(batch) = rows.try_next().await? {
-        let found = converter.of(&batch)?;
-        let file = batch
-            .column_by_name(FILE_COLUMN)
-            .map(|c| c.as_string::<i32>().clone());
-        let pos = batch
-            .column_by_name(POS_COLUMN)
-            .map(|c| c.as_primitive::<Int64Type>().clone());
-        let (Some(file), Some(pos)) = (file, pos) else {
-            return Err(Error::Internal("positioned rows without positions".into()));
-        };
-        for (i, k) in found.iter().enumerate() {
-            if wanted.contains(k) {
-                positions
-                    .entry(file.value(i).to_string())
-                    .or_default()
-                    .push(pos.value(i));
-            }
+    for k in &update.keys {
+        for (file, pos) in index.find(k) {
+            positions
+                .entry(file.to_string())
+                .or_default()
+                .push(pos as i64);
         }
     }
+    drop(index);
+    if positions.is_empty() {
+        return Ok((Vec::new(), update));
+    }
+    let targets = data_files(table, positions.keys()).await?;
     let mut out = Vec::new();
-    for (path, ps) in positions {
-        let target = &targets[&path];
+    for (path, mut ps) in positions {
+        ps.sort_unstable();
+        ps.dedup();
+        let Some(target) = targets.get(&path) else {
+            discard(table, &out).await;
+            return Err(Error::Internal(format!(
+                "the key index names data file {path}, which table {} does not hold",
+                table.identifier()
+            )));
+        };
         match deletes::write(table.file_io(), target, &ps).await {
             Ok(d) => out.push((d, target.spec_id)),
             Err(e) => {
@@ -224,7 +228,30 @@ pub async fn superseded(
             }
         }
     }
-    Ok(out)
+    Ok((out, update))
+}
+
+/// After the commit of what [`superseded`] found, as `snapshot`: the table's key index
+/// follows it.
+pub async fn committed(table: &Table, update: Update, snapshot: Option<i64>) {
+    key_index::of(table)
+        .lock()
+        .await
+        .committed(update, snapshot);
+}
+
+/// The live data files of `table` among `paths`, as delete files name them.
+async fn data_files<'a>(
+    table: &Table,
+    paths: impl Iterator<Item = &'a String>,
+) -> Result<BTreeMap<String, Target>> {
+    let wanted: HashSet<&String> = paths.collect();
+    Ok(read::plan_all(table)
+        .await?
+        .iter()
+        .filter(|t| wanted.contains(&t.data_file_path))
+        .map(|t| (t.data_file_path.clone(), Target::of(t)))
+        .collect())
 }
 
 /// Delete delete files written for a commit that did not happen.

@@ -1,0 +1,137 @@
+//! Keeping one row per key: a job upserting generated orders by key into a table with a
+//! primary key, against the same job appending them to a table without one.
+//!
+//! ```text
+//! cargo bench --bench upsert
+//! FLOE_BENCH_KEYS=1000000 FLOE_BENCH_CHANGES=10000000 cargo bench --bench upsert
+//! ```
+//!
+//! Both runs read `FLOE_BENCH_CHANGES` (2 M) generated orders, keyed `order_id %
+//! FLOE_BENCH_KEYS` (200,000), with a checkpoint every `FLOE_BENCH_INTERVAL` (2 s), to the
+//! end. The target (the change-data-capture issue, at 10 M changes over 1 M keys): the
+//! upsert rate at least 50% of the append rate, within a memory budget; then a query over
+//! the upserted table against the same query after compacting it.
+
+mod common;
+use std::time::Instant;
+
+use common::{env, peak_rss_mib};
+
+/// The binary's allocator (see src/main.rs).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The rows of `sql`, as one line of text.
+async fn text(session: &floe::Session, sql: &str) -> String {
+    match session.sql(sql).await.expect("query").pop() {
+        Some(floe::Output::Rows(_, batches)) => {
+            datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+                .map(|t| t.to_string())
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.starts_with("| "))
+                .collect::<Vec<_>>()
+                .join(" ")
+        }
+        _ => String::new(),
+    }
+}
+
+/// The seconds a job took to read every change, the rows its table holds, and a query's
+/// time.
+fn run(dir: &std::path::Path, keyed: bool) -> (f64, String, String) {
+    let keys: u64 = env("FLOE_BENCH_KEYS").unwrap_or(200_000);
+    let changes: u64 = env("FLOE_BENCH_CHANGES").unwrap_or(2_000_000);
+    if std::env::var("FLOE_BENCH_INTERVAL").is_err() {
+        // SAFETY: set before any thread of this benchmark reads the environment.
+        unsafe { std::env::set_var("FLOE_BENCH_INTERVAL", "2s") };
+    }
+    let name = if keyed { "keyed" } else { "plain" };
+    let key = if keyed {
+        ", PRIMARY KEY (k) NOT ENFORCED"
+    } else {
+        ""
+    };
+    common::one_core().block_on(async {
+        let session = common::lake_session(
+            &dir.join(name),
+            &format!(
+                "CREATE SCHEMA lake.b;
+                 CREATE TABLE lake.b.{name} (k BIGINT NOT NULL, order_id BIGINT, customer_id BIGINT,
+                   amount DOUBLE, region STRING, status STRING{key});
+                 CREATE SOURCE orders WITH ('connector' = 'datagen', 'profile' = 'orders',
+                   'number-of-rows' = '{changes}');
+                 SET 'pipeline.name' = '{name}';"
+            ),
+        )
+        .await;
+        let began = Instant::now();
+        session
+            .sql(&format!(
+                "INSERT INTO lake.b.{name} SELECT order_id % {keys}, order_id, customer_id,
+                   quantity * price, region, status FROM orders"
+            ))
+            .await
+            .expect("job");
+        let seconds = began.elapsed().as_secs_f64();
+        let rows = text(
+            &session,
+            &format!("SELECT count(*) AS n, count(DISTINCT k) AS keys FROM lake.b.{name}"),
+        )
+        .await;
+        let query = format!(
+            "SELECT region, count(*), round(sum(amount), 2) FROM lake.b.{name} GROUP BY region \
+             ORDER BY region"
+        );
+        let before = Instant::now();
+        session.sql(&query).await.expect("query");
+        let query_time = before.elapsed().as_secs_f64();
+        let compacted = if keyed {
+            session
+                .sql(&format!(
+                    "CALL lake.system.rewrite_data_files(table => 'b.{name}')"
+                ))
+                .await
+                .expect("compact");
+            let again = Instant::now();
+            session.sql(&query).await.expect("query");
+            format!(
+                "query {:.3} s, after compaction {:.3} s ({:.1}x)",
+                query_time,
+                again.elapsed().as_secs_f64(),
+                query_time / again.elapsed().as_secs_f64()
+            )
+        } else {
+            format!("query {query_time:.3} s")
+        };
+        (seconds, rows, compacted)
+    })
+}
+
+fn main() {
+    floe::process::tune();
+    let keys: u64 = env("FLOE_BENCH_KEYS").unwrap_or(200_000);
+    let changes: u64 = env("FLOE_BENCH_CHANGES").unwrap_or(2_000_000);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (plain, plain_rows, plain_query) = run(dir.path(), false);
+    let after_plain = peak_rss_mib();
+    let (keyed, keyed_rows, keyed_query) = run(dir.path(), true);
+    println!("upsert: {changes} generated orders over {keys} keys, one core, to the end");
+    println!(
+        "  append: {:>10.0} rows/s  ({plain_query}) {}",
+        changes as f64 / plain,
+        plain_rows
+    );
+    println!(
+        "  upsert: {:>10.0} rows/s  ({keyed_query}) {}",
+        changes as f64 / keyed,
+        keyed_rows
+    );
+    println!(
+        "  ratio: {:.0}% of the append rate (target: at least 50%); peak RSS {:.0} MiB (append \
+         run alone {:.0} MiB)",
+        100.0 * plain / keyed,
+        peak_rss_mib(),
+        after_plain
+    );
+}

@@ -1,0 +1,197 @@
+//! Where each key's live row is, in a table with a primary key: a cache of the table, never
+//! its truth.
+//!
+//! ```text
+//! index of table (by uuid) ── reflects snapshot S ──┬─ S is the table's current one: use it
+//!                                                   └─ else: rebuilt from the table (its key
+//!                                                      columns, deletes applied), then used
+//! after a commit from S to S': the keys deleted and the new rows' places applied, S' kept
+//! ```
+//!
+//! An index is only ever used for the snapshot it reflects, so a commit by another writer,
+//! a compaction, a crash or a restart costs a rebuild, never a wrong delete. Keys are kept
+//! exactly (Arrow's row encoding of the key columns), in memory.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::datatypes::Int64Type;
+use futures::TryStreamExt;
+use iceberg::table::Table;
+
+use super::read::{self, FILE_COLUMN, POS_COLUMN};
+use super::upsert::Keys;
+use crate::error::{Error, Result};
+
+/// A key, in Arrow's row encoding of the key columns.
+pub type Key = Box<[u8]>;
+
+/// The live rows of one table by key, as of one snapshot.
+#[derive(Debug, Default)]
+pub struct KeyIndex {
+    /// The snapshot it reflects; `None` before it is built.
+    snapshot: Option<Option<i64>>,
+    files: Vec<String>,
+    file_ids: HashMap<String, u32>,
+    rows: HashMap<Key, (u32, u64)>,
+    /// Rows of keys the table holds more than once (another writer appended them): all are
+    /// replaced with the key.
+    more: HashMap<Key, Vec<(u32, u64)>>,
+}
+
+/// The indexes of this process, by table uuid.
+static INDEXES: LazyLock<Mutex<HashMap<String, Arc<tokio::sync::Mutex<KeyIndex>>>>> =
+    LazyLock::new(Mutex::default);
+
+/// The index of `table` (empty until first used).
+pub fn of(table: &Table) -> Arc<tokio::sync::Mutex<KeyIndex>> {
+    let uuid = table.metadata().uuid().to_string();
+    let mut all = INDEXES.lock().unwrap_or_else(|e| e.into_inner());
+    all.entry(uuid).or_default().clone()
+}
+
+impl KeyIndex {
+    /// Make it reflect `table`'s current snapshot, rebuilding it from the table if it
+    /// reflects another (`keys` are the key columns, read with `converter`).
+    pub async fn reflect(
+        &mut self,
+        table: &Table,
+        keys: &[String],
+        converter: &mut Keys,
+    ) -> Result<()> {
+        let current = table.metadata().current_snapshot_id();
+        if self.snapshot == Some(current) {
+            return Ok(());
+        }
+        *self = KeyIndex::default();
+        if current.is_some() {
+            let tasks = read::plan_all(table).await?;
+            let mut rows = read::positioned_columns(table, tasks, Some(keys))?;
+            while let Some(batch) = rows.try_next().await? {
+                let found = converter.of(&batch)?;
+                let (Some(file), Some(pos)) = (
+                    batch.column_by_name(FILE_COLUMN),
+                    batch.column_by_name(POS_COLUMN),
+                ) else {
+                    return Err(Error::Internal("positioned rows without positions".into()));
+                };
+                let (file, pos) = (file.as_string::<i32>(), pos.as_primitive::<Int64Type>());
+                for (i, k) in found.into_iter().enumerate() {
+                    let f = self.file_id(file.value(i));
+                    self.insert(k.as_ref().into(), f, pos.value(i) as u64);
+                }
+            }
+        }
+        self.snapshot = Some(current);
+        Ok(())
+    }
+
+    fn file_id(&mut self, path: &str) -> u32 {
+        if let Some(id) = self.file_ids.get(path) {
+            return *id;
+        }
+        let id = self.files.len() as u32;
+        self.files.push(path.to_string());
+        self.file_ids.insert(path.to_string(), id);
+        id
+    }
+
+    fn insert(&mut self, key: Key, file: u32, pos: u64) {
+        if let Some(first) = self.rows.get(&key).copied() {
+            self.more
+                .entry(key)
+                .or_insert_with(|| vec![first])
+                .push((file, pos));
+        } else {
+            self.rows.insert(key, (file, pos));
+        }
+    }
+
+    /// The live rows of `key`: their data files and positions.
+    pub fn find(&self, key: &[u8]) -> Vec<(&str, u64)> {
+        let place = |(f, p): (u32, u64)| (self.files[f as usize].as_str(), p);
+        if let Some(all) = self.more.get(key) {
+            return all.iter().copied().map(place).collect();
+        }
+        self.rows.get(key).copied().map(place).into_iter().collect()
+    }
+
+    /// The keys it holds.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// After `update` committed as snapshot `snapshot`: its keys' rows are where it put them.
+    /// An index that no longer reflects the snapshot the update was found on is left alone
+    /// (the next use rebuilds it).
+    pub fn committed(&mut self, update: Update, snapshot: Option<i64>) {
+        if self.snapshot != Some(update.base) {
+            return;
+        }
+        for k in &update.keys {
+            self.rows.remove(k);
+            self.more.remove(k);
+        }
+        for (k, path, pos) in update.rows {
+            let f = self.file_id(&path);
+            self.insert(k, f, pos);
+        }
+        self.snapshot = Some(snapshot);
+    }
+}
+
+/// What a commit changes in an index: the keys it replaces or deletes, and where their new
+/// rows are.
+#[derive(Debug)]
+pub struct Update {
+    /// The snapshot the rows replaced were found in.
+    pub base: Option<i64>,
+    pub keys: Vec<Key>,
+    pub rows: Vec<(Key, String, u64)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(s: &str) -> Key {
+        s.as_bytes().into()
+    }
+
+    #[test]
+    fn commits_move_keys_and_an_index_of_another_snapshot_is_left_alone() {
+        let mut index = KeyIndex {
+            snapshot: Some(Some(1)),
+            ..KeyIndex::default()
+        };
+        let f = index.file_id("a.parquet");
+        index.insert(key("k1"), f, 0);
+        index.insert(key("k2"), f, 1);
+        // A key another writer appended twice: both rows are its.
+        index.insert(key("k2"), f, 5);
+        assert_eq!(index.find(b"k2"), vec![("a.parquet", 1), ("a.parquet", 5)]);
+        let update = Update {
+            base: Some(1),
+            keys: vec![key("k1"), key("k2")],
+            rows: vec![(key("k2"), "b.parquet".into(), 0)],
+        };
+        index.committed(update, Some(2));
+        assert_eq!(index.find(b"k1"), vec![]);
+        assert_eq!(index.find(b"k2"), vec![("b.parquet", 0)]);
+        assert_eq!(index.len(), 1);
+        // Found on snapshot 1, but the index reflects 2 now: not applied.
+        let stale = Update {
+            base: Some(1),
+            keys: vec![key("k2")],
+            rows: vec![],
+        };
+        index.committed(stale, Some(3));
+        assert_eq!(index.find(b"k2"), vec![("b.parquet", 0)]);
+        assert_eq!(index.snapshot, Some(Some(2)));
+    }
+}
