@@ -182,7 +182,13 @@ pub enum Connector {
 
 impl SourceDef {
     /// Build a source from its declared columns (may be empty) and `WITH` options.
-    pub fn try_new(name: &str, declared: Option<SchemaRef>, mut options: Options) -> Result<Self> {
+    /// `primary_key`: the key the source declares (`PRIMARY KEY (...) NOT ENFORCED`).
+    pub fn try_new(
+        name: &str,
+        declared: Option<SchemaRef>,
+        primary_key: &[String],
+        mut options: Options,
+    ) -> Result<Self> {
         let connector = options.require_str("connector")?;
         // No columns declared: a JSON decoder infers them per record.
         let declared_or_inferred = || {
@@ -218,6 +224,25 @@ impl SourceDef {
             }
         };
         options.finish()?;
+        let mut connector = connector;
+        if let Connector::Kafka(o) = &mut connector
+            && let Some(u) = &mut o.upsert
+        {
+            if primary_key.is_empty() {
+                return Err(Error::Plan(format!(
+                    "source {name}: 'scan.upsert' = 'true' needs the records' key: declare \
+                     PRIMARY KEY (...) NOT ENFORCED"
+                )));
+            }
+            if u.raw && primary_key.len() != 1 {
+                return Err(Error::Plan(format!(
+                    "source {name}: 'key.format' = 'raw' holds one key column; the primary key \
+                     has {}",
+                    primary_key.len()
+                )));
+            }
+            u.columns = primary_key.to_vec();
+        }
         Ok(Self {
             name: name.to_string(),
             schema,
@@ -251,7 +276,8 @@ impl SourceDef {
             Connector::Kafka(o) => &o.decoder,
             Connector::Kinesis(o) => &o.decoder,
         };
-        decoder.format() == crate::format::Format::DebeziumJson
+        let upsert = matches!(&self.connector, Connector::Kafka(o) if o.upsert.is_some());
+        upsert || decoder.format() == crate::format::Format::DebeziumJson
     }
 
     /// Where the data columns come from when they are not declared, in words.

@@ -45,7 +45,8 @@ impl Session {
             Some(Arc::new(arrow_schema_from_columns(&s.columns)?))
         };
         let options = Options::try_new(format!("CREATE SOURCE {}", s.name), s.options)?;
-        let mut def = SourceDef::try_new(&s.name, declared, options)?;
+        let key: Vec<String> = s.primary_key.iter().map(|k| k.value.clone()).collect();
+        let mut def = SourceDef::try_new(&s.name, declared, &key, options)?;
         def.watermark = s.watermark.map(|w| WatermarkDef {
             column: w.column.value,
             expr: w.expr,

@@ -487,10 +487,13 @@ impl Parser<'_> {
         let if_not_exists = self.parse_if_not_exists();
         let name = self.df.parser.parse_identifier()?.value;
         let mut columns = Vec::new();
+        let mut constraints = Vec::new();
         let mut watermark = None;
         if self.df.parser.consume_token(&Token::LParen) {
             loop {
-                if self.word(0).as_deref() == Some("WATERMARK") {
+                if matches!(self.word(0).as_deref(), Some("PRIMARY" | "CONSTRAINT")) {
+                    constraints.extend(self.df.parser.parse_optional_table_constraint()?);
+                } else if self.word(0).as_deref() == Some("WATERMARK") {
                     if watermark.is_some() {
                         return Err(Error::Syntax(format!(
                             "source {name} has two WATERMARK clauses"
@@ -517,10 +520,12 @@ impl Parser<'_> {
                 "CREATE SOURCE {name} needs WITH ('connector' = ..., ...)"
             )));
         }
+        let (columns, primary_key) = primary_key_of(&name, columns, constraints)?;
         Ok(Statement::CreateSource(Box::new(CreateSource {
             name,
             if_not_exists,
             columns,
+            primary_key,
             watermark,
             options,
         })))
@@ -604,11 +609,11 @@ impl Parser<'_> {
     }
 }
 
-/// The columns of `CREATE TABLE name (...)` without their `PRIMARY KEY` options (their
-/// columns made NOT NULL), and the key they or the table constraint declare. Other
-/// constraints are refused: Iceberg tables have none.
+/// The columns of `CREATE TABLE name (...)` (or `CREATE SOURCE`) without their `PRIMARY
+/// KEY` options (their columns made NOT NULL), and the key they or the table constraint
+/// declare. Other constraints are refused: Iceberg tables have none.
 fn primary_key_of(
-    name: &ObjectName,
+    name: &dyn std::fmt::Display,
     mut columns: Vec<ColumnDef>,
     constraints: Vec<TableConstraint>,
 ) -> Result<(Vec<ColumnDef>, Vec<Ident>)> {

@@ -350,6 +350,9 @@ pub struct CreateSource {
     pub name: String,
     pub if_not_exists: bool,
     pub columns: Vec<ColumnDef>,
+    /// The key of the source's records (`PRIMARY KEY (...) NOT ENFORCED`): what an upsert
+    /// source's tombstones delete.
+    pub primary_key: Vec<Ident>,
     pub watermark: Option<Watermark>,
     pub options: OptionList,
 }
@@ -377,8 +380,15 @@ impl fmt::Display for CreateSource {
             if_not_exists(self.if_not_exists),
             self.name
         )?;
-        let watermark = self.watermark.as_ref().map(|w| w as &dyn fmt::Display);
-        fmt_columns(f, &self.columns, watermark)?;
+        let key = (!self.primary_key.is_empty()).then(|| PrimaryKey(&self.primary_key).to_string());
+        let watermark = self.watermark.as_ref().map(|w| w.to_string());
+        let extra = key
+            .into_iter()
+            .chain(watermark)
+            .collect::<Vec<_>>()
+            .join(", ");
+        let extra = (!extra.is_empty()).then_some(&extra as &dyn fmt::Display);
+        fmt_columns(f, &self.columns, extra)?;
         fmt_with(f, &self.options)
     }
 }

@@ -143,3 +143,75 @@ def test_a_debezium_stream_of_100k_keys_survives_kills_and_reads_the_same_everyw
     # No dead letters: tombstones are no change, every event applied.
     names = [t[1] for t in lake.pyiceberg().list_tables("shop")]
     assert "dead_letters" not in names, names
+
+
+def test_an_upsert_topic_keeps_the_last_value_of_each_key_and_tombstones_delete(
+    kafka, floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+):
+    """'scan.upsert' = 'true': each record upserts its key (the Kafka key, JSON), a
+    tombstone deletes it; a job killed while the producer writes."""
+    rng = random.Random(11)
+    topic = create_topic(kafka, 3)
+    state: dict[str, int] = {}
+    messages: list[tuple[bytes, bytes | None]] = []
+    for n in range(30_000):
+        sku = f"sku-{rng.randrange(5_000)}"
+        key = json.dumps({"sku": sku}).encode()
+        if sku in state and rng.random() < 0.2:
+            del state[sku]
+            messages.append((key, None))
+        else:
+            state[sku] = n
+            messages.append((key, json.dumps({"sku": sku, "price": n}).encode()))
+    opts = {
+        "connector": "kafka", "topic": topic, "properties.bootstrap.servers": kafka,
+        "format": "json", "scan.upsert": "true", "scan.bounded.mode": "latest-offset",
+    }
+    body = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in opts.items())
+    work = tmp_path / "job"
+    work.mkdir()
+    (work / "job.sql").write_text(";\n".join([
+        lake.ddl(),
+        "CREATE SCHEMA IF NOT EXISTS lake.shop",
+        "CREATE TABLE IF NOT EXISTS lake.shop.prices (sku STRING, price BIGINT, "
+        "PRIMARY KEY (sku) NOT ENFORCED)",
+        f"CREATE SOURCE prices (sku STRING, price BIGINT, PRIMARY KEY (sku) NOT ENFORCED) "
+        f"WITH ({body})",
+        "SET 'pipeline.name' = 'prices'",
+        "SET 'checkpoint.interval' = '300ms'",
+        "INSERT INTO lake.shop.prices SELECT * FROM prices",
+    ]) + ";\n")
+    prod = Producer(kafka)
+
+    def produce() -> None:
+        for n, (k, v) in enumerate(messages):
+            prod.send(topic, v, key=k)
+            if n % 1_000 == 999:
+                time.sleep(0.15)
+        prod.flush()
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    kills = 0
+    try:
+        for wait in [rng.uniform(0.8, 1.5) for _ in range(4)]:
+            proc = subprocess.Popen([str(floe_bin), "-q", "-f", "job.sql"], cwd=work,
+                                    stdout=subprocess.DEVNULL, stderr=open(work / "floe.err", "ab"))
+            time.sleep(wait)
+            if proc.poll() is None:
+                proc.kill()
+                kills += 1
+            proc.wait()
+    finally:
+        producer.join(timeout=300)
+    assert kills >= 2, (work / "floe.err").read_text()
+    done = subprocess.run([str(floe_bin), "-q", "-f", "job.sql"], cwd=work,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    expected = sorted(state.items())
+    table = lake.pyiceberg().load_table("shop.prices")
+    py = sorted((r["sku"], r["price"]) for r in table.scan().to_arrow().to_pylist())
+    assert py == expected, "pyiceberg: not the last value of each key"
+    dk = sorted(duck.execute(
+        f"SELECT sku, price FROM iceberg_scan('{table.metadata_location}')").fetchall())
+    assert dk == expected, "DuckDB: not the last value of each key"

@@ -15,6 +15,10 @@
 //! 'scan.topic-partition-discovery.interval' = '10s'   '0' turns discovery off
 //! 'scan.error-timeout' = '60s'              how long a topic may be missing or the broker
 //!                                           unreachable before the job fails
+//! 'scan.upsert' = 'true'                    each record upserts the source's PRIMARY KEY,
+//!                                           a tombstone (a key, no value) deletes it
+//! 'key.format' = 'json' | 'raw'             an upsert topic's keys: JSON objects of the
+//!                                           key columns (default), or one column's text
 //! ```
 //!
 //! Columns are declared. Declare any of `_key STRING`, `_partition INT`, `_offset BIGINT`,
@@ -62,6 +66,18 @@ pub struct KafkaOptions {
     /// `None`: the partitions of the first listing are all there is.
     pub discovery_interval: Option<Duration>,
     pub error_timeout: Duration,
+    /// `'scan.upsert' = 'true'`: each record upserts its key, a tombstone deletes it.
+    pub upsert: Option<UpsertKey>,
+}
+
+/// How an upsert topic's records name their key: the source's primary key, in the record's
+/// key as JSON (`'key.format' = 'json'`, the default) or as the text of its one column
+/// (`'raw'`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpsertKey {
+    /// The primary key's columns (set from the source's `PRIMARY KEY`).
+    pub columns: Vec<String>,
+    pub raw: bool,
 }
 
 impl std::fmt::Debug for KafkaOptions {
@@ -75,6 +91,7 @@ impl std::fmt::Debug for KafkaOptions {
             .field("bounded", &self.bounded)
             .field("discovery_interval", &self.discovery_interval)
             .field("error_timeout", &self.error_timeout)
+            .field("upsert", &self.upsert)
             .finish()
     }
 }
@@ -184,6 +201,24 @@ impl KafkaOptions {
         let format = options.require_str("format")?;
         let decoder =
             Decoder::try_new(&format, options, data_schema(schema, &metadata_columns())?)?;
+        let upsert = options.take_bool("scan.upsert")?.unwrap_or(false);
+        let key_format = options.take_choice("key.format", &["json", "raw"])?;
+        if key_format.is_some() && !upsert {
+            return Err(Error::Option(
+                "'key.format' says how an upsert topic's keys are written: it goes with \
+                 'scan.upsert' = 'true'"
+                    .to_string(),
+            ));
+        }
+        if upsert && format != "json" {
+            return Err(Error::Option(format!(
+                "'scan.upsert' = 'true' reads JSON values ('format' = 'json'), not '{format}'"
+            )));
+        }
+        let upsert = upsert.then(|| UpsertKey {
+            columns: Vec::new(),
+            raw: key_format == Some("raw"),
+        });
         let startup = startup_mode(options, &properties)?;
         let bounded = options.take_choice("scan.bounded.mode", &["unbounded", "latest-offset"])?
             == Some("latest-offset");
@@ -201,6 +236,7 @@ impl KafkaOptions {
             bounded,
             discovery_interval: (!discovery_interval.is_zero()).then_some(discovery_interval),
             error_timeout,
+            upsert,
         };
         // Unknown or malformed librdkafka settings fail here, not when a job starts.
         o.client_config()

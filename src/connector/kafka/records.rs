@@ -2,13 +2,16 @@
 //! metadata columns from the messages, and every message that cannot be a row as a
 //! [`BadRecord`] that says where it is (`<topic>:<partition>`, offset) and why.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+    ArrayRef, BooleanArray, Int32Array, Int64Array, RecordBatch, StringArray,
+    TimestampMicrosecondArray,
 };
 use datafusion::arrow::datatypes::SchemaRef;
 
+use super::UpsertKey;
 use super::{
     KEY_COLUMN, OFFSET_COLUMN, PARTITION_COLUMN, TIMESTAMP_COLUMN, TOPIC_COLUMN, TopicPartition,
 };
@@ -16,6 +19,7 @@ use crate::connector::{BadRecord, RecordOrigins, source_rows};
 use crate::error::Reject;
 use crate::error::Result;
 use crate::format::{Decoder, Format};
+use crate::schema::changes::with_changes;
 
 /// One message, copied out of librdkafka.
 #[derive(Debug, Clone)]
@@ -29,9 +33,12 @@ pub struct Raw {
 
 /// Decode `raw` into rows of `schema` (one batch per record shape) and rejects (sorted by
 /// partition and offset).
+/// An upsert topic's records (`upsert`) upsert their key, and its tombstones delete it: they
+/// decode as the key alone, and the rows carry which they are (`schema::CHANGE_COLUMN`).
 pub async fn decode(
     schema: &SchemaRef,
     decoder: &Decoder,
+    upsert: Option<&UpsertKey>,
     raw: Vec<Raw>,
 ) -> Result<(Vec<RecordBatch>, Vec<BadRecord>, RecordOrigins<Raw>)> {
     let check_key = schema.field_with_name(KEY_COLUMN).is_ok();
@@ -45,9 +52,22 @@ pub async fn decode(
     };
     // A change stream's tombstones (a key with no value, after a delete) are no change.
     let tombstones = decoder.format() == Format::DebeziumJson;
+    // An upsert topic's tombstones delete their key: decoded from the key.
+    let mut keys: HashMap<usize, Vec<u8>> = HashMap::new();
     for (i, r) in raw.iter().enumerate() {
         match (&r.payload, &r.key) {
             (None, _) if tombstones => good.push(i),
+            (None, Some(key)) if upsert.is_some() => match key_row(upsert, key) {
+                Ok(row) => {
+                    keys.insert(i, row);
+                    good.push(i);
+                }
+                Err(why) => rejects.push(reject(r, why)),
+            },
+            (None, None) if upsert.is_some() => rejects.push(reject(
+                r,
+                "a tombstone without a key deletes nothing".into(),
+            )),
             (None, _) => rejects.push(reject(r, "the record has no value (a null payload)".into())),
             (Some(_), Some(key)) if check_key && std::str::from_utf8(key).is_err() => {
                 let why = "the record's key is not UTF-8 text, as _key STRING needs";
@@ -58,9 +78,23 @@ pub async fn decode(
     }
     let records: Vec<&[u8]> = good
         .iter()
-        .map(|&i| raw[i].payload.as_deref().unwrap_or_default())
+        .map(|&i| match keys.get(&i) {
+            Some(row) => row.as_slice(),
+            None => raw[i].payload.as_deref().unwrap_or_default(),
+        })
         .collect();
-    let decoded = decoder.decode(&records).await?;
+    let mut decoded = decoder.decode(&records).await?;
+    if upsert.is_some() {
+        for group in &mut decoded.groups {
+            let deletes = BooleanArray::from_iter(
+                group
+                    .rows
+                    .iter()
+                    .map(|&j| Some(keys.contains_key(&good[j]))),
+            );
+            group.batch = with_changes(&group.batch, Arc::new(deletes))?;
+        }
+    }
     for (j, e) in &decoded.errors {
         rejects.push(reject(
             &raw[good[*j]],
@@ -106,6 +140,31 @@ pub async fn decode(
     Ok((batches, rejects, origins))
 }
 
+/// The row a tombstone with `key` deletes, as JSON for the value decoder: the key's JSON
+/// object, or for `'key.format' = 'raw'` the key's text as the one key column.
+fn key_row(upsert: Option<&UpsertKey>, key: &[u8]) -> std::result::Result<Vec<u8>, String> {
+    let Some(u) = upsert else {
+        return Err("not an upsert topic".into());
+    };
+    if u.raw {
+        let text = std::str::from_utf8(key)
+            .map_err(|_| "the tombstone's key is not UTF-8 text ('key.format' = 'raw')")?;
+        let mut row = serde_json::Map::new();
+        row.insert(u.columns[0].clone(), serde_json::Value::String(text.into()));
+        return serde_json::to_vec(&row).map_err(|e| e.to_string());
+    }
+    match serde_json::from_slice::<serde_json::Value>(key) {
+        Ok(serde_json::Value::Object(o)) if u.columns.iter().all(|c| o.contains_key(c)) => {
+            Ok(key.to_vec())
+        }
+        _ => Err(format!(
+            "the tombstone's key is not a JSON object with the key columns ({}); \
+             'key.format' = 'raw' reads a key of one column as text",
+            u.columns.join(", ")
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use datafusion::arrow::array::AsArray;
@@ -149,7 +208,9 @@ mod tests {
             raw(1, 4, None, Some(br#"{"id": 4}"#)),
             raw(0, 9, Some(b"c"), Some(b"{oops")),
         ];
-        let (batches, rejects, _) = decode(&schema, &decoder, messages.to_vec()).await.unwrap();
+        let (batches, rejects, _) = decode(&schema, &decoder, None, messages.to_vec())
+            .await
+            .unwrap();
         let batch = crate::connector::concat(&batches);
         assert_eq!(batch.num_rows(), 2);
         assert_eq!(
@@ -201,6 +262,7 @@ mod tests {
         let (batches, rejects, _) = decode(
             &schema,
             &decoder,
+            None,
             vec![raw(0, 0, Some(&[0xff]), Some(&[1, 2]))],
         )
         .await
@@ -208,5 +270,61 @@ mod tests {
         let batch = crate::connector::concat(&batches);
         assert_eq!(batch.num_rows(), 1);
         assert!(rejects.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_upsert_topics_tombstones_delete_their_key() {
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("sku", DataType::Utf8, false),
+            Field::new("price", DataType::Int64, true),
+        ]));
+        let mut o = Options::try_new("t", []).unwrap();
+        let decoder = Decoder::try_new("json", &mut o, schema.clone()).unwrap();
+        let json = UpsertKey {
+            columns: vec!["sku".into()],
+            raw: false,
+        };
+        let messages = vec![
+            raw(
+                0,
+                0,
+                Some(br#"{"sku": "a"}"#),
+                Some(br#"{"sku": "a", "price": 3}"#),
+            ),
+            raw(0, 1, Some(br#"{"sku": "a"}"#), None),
+            raw(0, 2, Some(b"b"), None),
+            raw(0, 3, None, None),
+        ];
+        let (batches, rejects, _) = decode(&schema, &decoder, Some(&json), messages.clone())
+            .await
+            .unwrap();
+        let batch = crate::connector::concat(&batches);
+        let skus: Vec<&str> = batch
+            .column(0)
+            .as_string::<i32>()
+            .iter()
+            .flatten()
+            .collect();
+        assert_eq!(skus, ["a", "a"]);
+        let deletes: Vec<bool> = batch.column(2).as_boolean().iter().flatten().collect();
+        assert_eq!(deletes, [false, true]);
+        let why: Vec<&str> = rejects.iter().map(|r| r.reject.reason.as_str()).collect();
+        assert!(
+            why[0].contains("not a JSON object with the key columns (sku)"),
+            "{why:?}"
+        );
+        assert!(why[1].contains("a tombstone without a key"), "{why:?}");
+        // A raw key is the text of the one key column.
+        let text = UpsertKey {
+            columns: vec!["sku".into()],
+            raw: true,
+        };
+        let (batches, rejects, _) = decode(&schema, &decoder, Some(&text), messages[2..3].to_vec())
+            .await
+            .unwrap();
+        assert!(rejects.is_empty());
+        let batch = crate::connector::concat(&batches);
+        assert_eq!(batch.column(0).as_string::<i32>().value(0), "b");
+        assert!(batch.column(2).as_boolean().value(0));
     }
 }

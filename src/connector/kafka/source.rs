@@ -331,7 +331,13 @@ impl SourceReader for KafkaReader {
         if raw.is_empty() {
             return Ok(Poll::Idle);
         }
-        let (batches, rejects, origins) = decode(&self.schema, &self.options.decoder, raw).await?;
+        let (batches, rejects, origins) = decode(
+            &self.schema,
+            &self.options.decoder,
+            self.options.upsert.as_ref(),
+            raw,
+        )
+        .await?;
         Ok(Poll::Records {
             batches,
             rejects,
