@@ -81,6 +81,42 @@ def job(lake: SqlLake, topic: str, bootstrap: str) -> str:
     ]) + ";\n"
 
 
+def produce_while_killing(kafka: str, topic: str, messages: list, floe_bin: Path, work: Path,
+                          rng: random.Random, kills: int, every: int, pause: float,
+                          window: tuple[float, float]) -> int:
+    """Produce `messages` (key, value) to `topic`, pausing `pause` s every `every`, while
+    floe runs work/job.sql and is killed `kills` times, each after a time in `window`; then
+    run the job to its end (it is bounded). How many kills landed."""
+    prod = Producer(kafka)
+
+    def produce() -> None:
+        for n, (k, v) in enumerate(messages):
+            prod.send(topic, v, key=k)
+            if n % every == every - 1:
+                time.sleep(pause)
+        prod.flush()
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    landed = 0
+    try:
+        for wait in [rng.uniform(*window) for _ in range(kills)]:
+            proc = subprocess.Popen([str(floe_bin), "-q", "-f", "job.sql"], cwd=work,
+                                    stdout=subprocess.DEVNULL, stderr=open(work / "floe.err", "ab"))
+            time.sleep(wait)
+            if proc.poll() is None:
+                proc.kill()
+                landed += 1
+            proc.wait()
+    finally:
+        producer.join(timeout=300)
+    assert not producer.is_alive(), "the producer did not finish"
+    done = subprocess.run([str(floe_bin), "-q", "-f", "job.sql"], cwd=work,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return landed
+
+
 def test_a_debezium_stream_of_100k_keys_survives_kills_and_reads_the_same_everywhere(
     kafka, floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
 ):
@@ -92,35 +128,9 @@ def test_a_debezium_stream_of_100k_keys_survives_kills_and_reads_the_same_everyw
     work = tmp_path / "job"
     work.mkdir()
     (work / "job.sql").write_text(job(lake, topic, kafka))
-    prod = Producer(kafka)
-
-    def produce() -> None:
-        for n, (k, v) in enumerate(messages):
-            prod.send(topic, v, key=k)
-            if n % 2_000 == 1_999:
-                time.sleep(0.1)
-        prod.flush()
-
-    producer = threading.Thread(target=produce)
-    producer.start()
-    kills = 0
-    try:
-        for wait in [rng.uniform(1.0, 2.0) for _ in range(5)]:
-            proc = subprocess.Popen([str(floe_bin), "-q", "-f", "job.sql"], cwd=work,
-                                    stdout=subprocess.DEVNULL, stderr=open(work / "floe.err", "ab"))
-            time.sleep(wait)
-            if proc.poll() is None:
-                proc.kill()
-                kills += 1
-            proc.wait()
-    finally:
-        producer.join(timeout=300)
-    assert not producer.is_alive(), "the producer did not finish"
+    kills = produce_while_killing(kafka, topic, messages, floe_bin, work, rng, kills=5,
+                                  every=2_000, pause=0.1, window=(1.0, 2.0))
     assert kills >= 3, f"only {kills} kills: {(work / 'floe.err').read_text()}"
-    # Now to the end of the topic.
-    done = subprocess.run([str(floe_bin), "-q", "-f", "job.sql"], cwd=work,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
 
     expected = sorted((k, n, t) for k, (n, t) in state.items())
     table = lake.pyiceberg().load_table("shop.customers")
@@ -181,33 +191,9 @@ def test_an_upsert_topic_keeps_the_last_value_of_each_key_and_tombstones_delete(
         "SET 'checkpoint.interval' = '300ms'",
         "INSERT INTO lake.shop.prices SELECT * FROM prices",
     ]) + ";\n")
-    prod = Producer(kafka)
-
-    def produce() -> None:
-        for n, (k, v) in enumerate(messages):
-            prod.send(topic, v, key=k)
-            if n % 1_000 == 999:
-                time.sleep(0.15)
-        prod.flush()
-
-    producer = threading.Thread(target=produce)
-    producer.start()
-    kills = 0
-    try:
-        for wait in [rng.uniform(0.8, 1.5) for _ in range(4)]:
-            proc = subprocess.Popen([str(floe_bin), "-q", "-f", "job.sql"], cwd=work,
-                                    stdout=subprocess.DEVNULL, stderr=open(work / "floe.err", "ab"))
-            time.sleep(wait)
-            if proc.poll() is None:
-                proc.kill()
-                kills += 1
-            proc.wait()
-    finally:
-        producer.join(timeout=300)
+    kills = produce_while_killing(kafka, topic, messages, floe_bin, work, rng, kills=4,
+                                  every=1_000, pause=0.15, window=(0.8, 1.5))
     assert kills >= 2, (work / "floe.err").read_text()
-    done = subprocess.run([str(floe_bin), "-q", "-f", "job.sql"], cwd=work,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
     expected = sorted(state.items())
     table = lake.pyiceberg().load_table("shop.prices")
     py = sorted((r["sku"], r["price"]) for r in table.scan().to_arrow().to_pylist())
