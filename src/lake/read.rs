@@ -112,6 +112,25 @@ pub async fn conformed(io: &FileIO, schema: &Schema, path: &str) -> Result<Vec<R
     conformed_columns(io, schema, path, false).await
 }
 
+/// The rows at `positions` (ascending) of data file `path`, in `columns` (a projection of
+/// the table's schema, see [`columns_of`]), only those columns read.
+pub async fn rows_at(
+    io: &FileIO,
+    columns: &Schema,
+    path: &str,
+    positions: &[i64],
+) -> Result<RecordBatch> {
+    let batches = conformed_columns(io, columns, path, true).await?;
+    let arrow = Arc::new(schema_to_arrow_schema(columns)?);
+    let all = datafusion::arrow::compute::concat_batches(&arrow, &batches)
+        .map_err(|e| Error::Internal(format!("reading {path}: {e}")))?;
+    let indices = datafusion::arrow::array::UInt64Array::from_iter_values(
+        positions.iter().map(|&p| p as u64),
+    );
+    datafusion::arrow::compute::take_record_batch(&all, &indices)
+        .map_err(|e| Error::Internal(format!("rows of {path} at positions: {e}")))
+}
+
 /// [`conformed`]; when `only`, only `schema`'s columns are read from the file (a projection
 /// of the table's schema: the key columns, say).
 async fn conformed_columns(

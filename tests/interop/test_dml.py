@@ -203,7 +203,7 @@ def paused(floe_bin: Path, lake: SqlLake, workdir: Path, sql: str) -> subprocess
     return proc
 
 
-def test_a_compaction_racing_a_delete_gives_up(
+def test_a_compaction_racing_a_delete_carries_it_over_by_key(
     floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
 ):
     workdir = tmp_path / "work"
@@ -218,22 +218,48 @@ def test_a_compaction_racing_a_delete_gives_up(
     )
     assert deleted["count"] == 10
     out, err = rewrite.communicate(timeout=120)
-    assert rewrite.returncode != 0, out
-    assert "added delete files while the rewrite ran" in err, err
-    # No deleted row came back; the rewrite committed nothing.
+    assert rewrite.returncode == 0, err
+    # The table has a primary key: the rewrite found the deleted keys in its new files and
+    # deleted them there. No deleted row came back.
     for k in range(10):
         del model[k]
     assert rows_everywhere(lake, floe_bin, workdir, duck) == expected(model)
     table = lake.pyiceberg().load_table("shop.customers")
-    assert "replace" not in [s.summary.operation.value for s in table.snapshots()]
-    # Run again, it compacts with the delete folded in.
+    history = sorted(table.snapshots(), key=lambda s: s.sequence_number)
+    assert [s.summary.operation.value for s in history][-2:] == ["delete", "replace"]
+    assert history[-1].summary["added-position-deletes"] == "10", history[-1].summary
+    # Compacted again, the carried deletes are folded in.
     run_floe_in(
         floe_bin, workdir, lake.ddl(),
-        "CALL lake.system.rewrite_data_files(table => 'shop.customers', min_input_files => 2)",
+        "CALL lake.system.rewrite_data_files(table => 'shop.customers', min_input_files => 1)",
     )
     assert rows_everywhere(lake, floe_bin, workdir, duck) == expected(model)
-    table = lake.pyiceberg().load_table("shop.customers")
-    assert [f for f in table.inspect.files().to_pylist() if f["content"] != 0] == []
+
+
+def test_a_compaction_racing_a_delete_of_a_table_without_a_key_gives_up(
+    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+):
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    run_floe_in(
+        floe_bin, workdir, lake.ddl(), "CREATE SCHEMA lake.shop",
+        "CREATE TABLE lake.shop.t (id BIGINT, v STRING)",
+        *[f"INSERT INTO lake.shop.t VALUES ({i}, 'a'), ({i + 100}, 'b')" for i in range(5)],
+    )
+    rewrite = paused(
+        floe_bin, lake, workdir,
+        "CALL lake.system.rewrite_data_files(table => 'shop.t', min_input_files => 2)",
+    )
+    run_floe_in(floe_bin, workdir, lake.ddl(), "DELETE FROM lake.shop.t WHERE id = 2")
+    out, err = rewrite.communicate(timeout=120)
+    assert rewrite.returncode != 0, out
+    assert "had rows deleted while it ran; nothing was committed" in err, err
+    table = lake.pyiceberg().load_table("shop.t")
+    ids = sorted(table.scan().to_arrow().column("id").to_pylist())
+    assert ids == [0, 1, 3, 4, 100, 101, 102, 103, 104]
+    assert "replace" not in [s.summary.operation.value for s in table.snapshots()]
+    (n,) = duck.execute(f"SELECT count(*) FROM iceberg_scan('{table.metadata_location}')").fetchone()
+    assert n == 9
 
 
 def test_a_delete_racing_a_compaction_runs_again(

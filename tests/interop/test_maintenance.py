@@ -608,3 +608,39 @@ def test_a_jobs_small_files_are_compacted_once_old_however_few(
     assert order_ids(table) == list(range(1, 6_001))
     assert "replace" in [s.summary.operation.value for s in table.snapshots()]
     assert max(files_per_partition(table).values()) == 1, files_per_partition(table)
+
+
+def test_a_job_upserting_a_keyed_table_compacts_it_while_it_deletes_rows(
+    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+):
+    """An upsert job deletes rows of earlier files at every checkpoint; its compaction, which
+    reads those files meanwhile, carries the deletes over by key and lands."""
+    rows, keys = 40_000, 2_000
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    script = workdir / "upsert.sql"
+    script.write_text(lake.ddl() + f""";
+CREATE SCHEMA IF NOT EXISTS lake.shop;
+CREATE TABLE IF NOT EXISTS lake.shop.latest (k BIGINT, order_id BIGINT, region STRING,
+  PRIMARY KEY (k) NOT ENFORCED) PARTITIONED BY (region);
+CREATE SOURCE gen WITH ('connector' = 'datagen', 'profile' = 'orders',
+  'number-of-rows' = '{rows}', 'rows-per-second' = '5000');
+SET 'pipeline.name' = 'latest'; SET 'checkpoint.interval' = '200ms';
+SET 'maintenance.compaction' = 'on'; SET 'maintenance.interval' = '500ms';
+SET 'maintenance.small-file-age' = '1s'; SET 'maintenance.min-input-files' = '3';
+SET 'maintenance.cpu' = '1';
+INSERT INTO lake.shop.latest SELECT order_id % {keys}, order_id, region FROM gen;
+""")
+    run_to_end(floe_bin, workdir, script)
+    table = lake.pyiceberg().load_table("shop.latest")
+    got = sorted((r["k"], r["order_id"]) for r in table.scan().to_arrow().to_pylist())
+    # One row per key, each its last order (order ids count from 1).
+    assert got == [(i % keys, i) for i in sorted(range(rows - keys + 1, rows + 1), key=lambda i: i % keys)]
+    (n,) = duck.execute(f"SELECT count(*) FROM iceberg_scan('{table.metadata_location}')").fetchone()
+    assert n == keys
+    history = sorted(table.snapshots(), key=lambda s: s.sequence_number)
+    replaced = [s for s in history if s.summary.operation.value == "replace"]
+    assert replaced, [s.summary.operation.value for s in history]
+    # Some compactions landed while the job was deleting rows: they carried deletes.
+    carried = [s for s in replaced if int(s.summary.additional_properties.get("added-position-deletes") or 0)]
+    assert carried, [s.summary.additional_properties for s in replaced]

@@ -97,8 +97,14 @@ pub async fn live_data_entries(
 /// The snapshot replacing `rewrite.removed` with `rewrite.added` on top of `base`, written
 /// but not committed. Prepared again after another commit won, it reuses what it wrote for
 /// the manifests still in the table (an append only adds manifests), so a retry costs the
-/// new manifests only.
-pub async fn prepare_rewrite(base: &Table, rewrite: &Rewrite) -> Result<Prepared> {
+/// new manifests only. `carried` are position delete files of rows of `rewrite.added`
+/// (each with its spec id): deletes committed since the rewrite read its files, of rows it
+/// copied, carried over to the copies.
+pub async fn prepare_rewrite(
+    base: &Table,
+    rewrite: &Rewrite,
+    carried: &[(DataFile, i32)],
+) -> Result<Prepared> {
     let md = base.metadata();
     let Some(current) = md.current_snapshot() else {
         return Err(conflict(
@@ -178,6 +184,24 @@ pub async fn prepare_rewrite(base: &Table, rewrite: &Rewrite) -> Result<Prepared
             cache.added = Some(writer.write_manifest_file().await?);
         }
         manifests.extend(cache.added.clone());
+    }
+    if !carried.is_empty() {
+        // Written for this attempt only: what is carried depends on the table as it is.
+        let spec_id = md.default_partition_spec_id();
+        let spec = md.default_partition_spec();
+        let mut writer = snapshot::delete_manifest_writer(
+            md,
+            base.file_io(),
+            (id, commit_id),
+            cache.next,
+            spec_id,
+        )?;
+        cache.next += 1;
+        for (f, _) in carried {
+            collector.add_file(f, md.current_schema().clone(), spec.clone());
+            writer.add_file(f.clone(), -1)?;
+        }
+        manifests.push(writer.write_manifest_file().await?);
     }
     snapshot::finish(
         base,

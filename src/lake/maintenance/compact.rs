@@ -10,7 +10,9 @@
 //!    file or file with deletes
 //! -> bins of about the target size -> read (deletes applied) -> sorted by the table's
 //!    sort order, if it has one (maintenance::sort) -> write (current spec)
-//! -> one replace commit of every bin, prepared on the table as it is (lake::commit::replace)
+//! -> one replace commit of every bin, prepared on the table as it is (lake::commit::replace);
+//!    deletes committed meanwhile against the files read are carried to the new files (in
+//!    tables with a primary key, by key: see `carry`), or the rewrite gives up
 //! ```
 //!
 //! Nothing is visible until the commit; when it is given up, the files written are deleted.
@@ -22,14 +24,14 @@ use futures::TryStreamExt;
 use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::expr::Predicate;
 use iceberg::scan::FileScanTask;
-use iceberg::spec::{DataFile, FormatVersion, Struct};
+use iceberg::spec::{DataFile, FormatVersion, ManifestContentType, ManifestStatus, Struct};
 use iceberg::table::Table;
 
 use super::{Maintained, Pace, sort};
 use crate::error::{Error, Result};
 use crate::lake::TableWriter;
 use crate::lake::commit::replace::{Rewrite, conflict, live_data_entries, prepare_rewrite};
-use crate::lake::read;
+use crate::lake::{deletes, read, upsert};
 
 /// What to compact.
 #[derive(Debug, Clone)]
@@ -145,8 +147,13 @@ pub async fn rewrite_data_files(table: &Maintained, options: &CompactOptions) ->
         .commit(|current| {
             let rewrite = &rewrite;
             async move {
-                deletes_since(&current, read_snapshot)?;
-                Ok(Some((prepare_rewrite(&current, rewrite).await?, ())))
+                let since = deletes_since(&current, read_snapshot)?;
+                let carried = carry(&current, rewrite, &since).await?;
+                let prepared = prepare_rewrite(&current, rewrite, &carried).await;
+                if prepared.is_err() {
+                    upsert::discard(&current, &carried).await;
+                }
+                Ok(Some((prepared?, ())))
             }
         })
         .await;
@@ -293,14 +300,15 @@ async fn rewrite_bin(
     writer.close().await
 }
 
-/// Fail when a snapshot committed after `read` added delete files: they may apply to rows
-/// the rewrite copied, which would bring deleted rows back.
-fn deletes_since(current: &Table, read: i64) -> Result<()> {
+/// The snapshots committed after `read` that added delete files: they may delete rows the
+/// rewrite copied (see [`carry`]). Fails when `read` is no longer in the table's history.
+fn deletes_since(current: &Table, read: i64) -> Result<Vec<i64>> {
     let md = current.metadata();
     let mut at = md.current_snapshot();
+    let mut out = Vec::new();
     while let Some(s) = at {
         if s.snapshot_id() == read {
-            return Ok(());
+            return Ok(out);
         }
         let added = s
             .summary()
@@ -309,14 +317,7 @@ fn deletes_since(current: &Table, read: i64) -> Result<()> {
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0);
         if added > 0 {
-            return Err(conflict(
-                current,
-                format!(
-                    "snapshot {} added delete files while the rewrite ran; nothing was \
-                     committed",
-                    s.snapshot_id()
-                ),
-            ));
+            out.push(s.snapshot_id());
         }
         at = s.parent_snapshot_id().and_then(|p| md.snapshot_by_id(p));
     }
@@ -324,6 +325,94 @@ fn deletes_since(current: &Table, read: i64) -> Result<()> {
         current,
         format!("the snapshot the rewrite read ({read}) is no longer an ancestor of the table's"),
     ))
+}
+
+/// Position deletes that the snapshots `since` committed against files `rewrite` replaces,
+/// carried over to the files it wrote: in a table with a primary key, the keys of the rows
+/// deleted are found in the new files (a job upserting the table deletes rows at every
+/// checkpoint, so a compaction that gave up on them would never land). In a table without
+/// one the rewrite gives up (rows are not told apart there).
+async fn carry(current: &Table, rewrite: &Rewrite, since: &[i64]) -> Result<Vec<(DataFile, i32)>> {
+    let md = current.metadata();
+    let io = current.file_io();
+    // The positions deleted meanwhile, by replaced file.
+    let mut deleted: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for id in since {
+        let Some(snapshot) = md.snapshot_by_id(*id) else {
+            continue;
+        };
+        let list = current.manifest_list_reader(snapshot).load().await?;
+        for m in list.entries() {
+            if m.content != ManifestContentType::Deletes || m.added_snapshot_id != *id {
+                continue;
+            }
+            for e in m.load_manifest(io).await?.entries() {
+                if e.status() != ManifestStatus::Added {
+                    continue;
+                }
+                let Some(target) = e.data_file.referenced_data_file() else {
+                    continue;
+                };
+                if rewrite.removed.contains(&target) {
+                    let ps = deletes::read(io, e.data_file.file_path(), &target).await?;
+                    deleted.entry(target).or_default().extend(ps);
+                }
+            }
+        }
+    }
+    if deleted.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys = upsert::key_names(md.current_schema());
+    if keys.is_empty() {
+        return Err(conflict(
+            current,
+            format!(
+                "{} of the files the rewrite read had rows deleted while it ran; nothing was \
+                 committed",
+                deleted.len()
+            ),
+        ));
+    }
+    let columns = read::columns_of(current, &keys)?;
+    let mut converter = upsert::Keys::new(&keys);
+    let mut gone = HashSet::new();
+    for (path, mut ps) in deleted {
+        ps.sort_unstable();
+        ps.dedup();
+        let rows = read::rows_at(io, &columns, &path, &ps).await?;
+        gone.extend(converter.of(&rows)?);
+    }
+    let spec_id = md.default_partition_spec_id();
+    let mut out = Vec::new();
+    for f in &rewrite.added {
+        let mut ps = Vec::new();
+        let mut pos = 0i64;
+        for batch in read::conformed(io, &columns, f.file_path()).await? {
+            for k in converter.of(&batch)? {
+                if gone.contains(&k) {
+                    ps.push(pos);
+                }
+                pos += 1;
+            }
+        }
+        if ps.is_empty() {
+            continue;
+        }
+        let target = deletes::Target {
+            path: f.file_path().to_string(),
+            partition: f.partition().clone(),
+            spec_id,
+        };
+        match deletes::write(io, &target, &ps).await {
+            Ok(d) => out.push((d, spec_id)),
+            Err(e) => {
+                upsert::discard(current, &out).await;
+                return Err(e);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Delete files written for a rewrite that is not committed.
