@@ -277,7 +277,7 @@ impl SourceDef {
             Connector::Kinesis(o) => &o.decoder,
         };
         let upsert = matches!(&self.connector, Connector::Kafka(o) if o.upsert.is_some());
-        upsert || decoder.format() == crate::format::Format::DebeziumJson
+        upsert || decoder.format().is_changes()
     }
 
     /// Where the data columns come from when they are not declared, in words.
@@ -351,7 +351,13 @@ pub fn source_rows(
         let data = &group.batch;
         let schema = if inferred {
             let data_schema = data.schema();
-            let fields = data_schema.fields().iter().chain(schema.fields()).cloned();
+            // (A change stream's rows say last whether each deletes its key, below.)
+            let fields = data_schema
+                .fields()
+                .iter()
+                .filter(|f| f.name() != CHANGE_COLUMN)
+                .chain(schema.fields())
+                .cloned();
             Arc::new(Schema::new(fields.collect::<Vec<_>>()))
         } else {
             schema.clone()

@@ -112,9 +112,10 @@ impl AvroDecoder {
     /// A decoder for `format` (`avro-confluent` or `avro`) and its options.
     pub fn try_new(format: &str, options: &mut Options) -> Result<Self> {
         match format {
-            "avro-confluent" => {
-                let url = options.require_str("avro-confluent.url")?;
-                let given = options.take_str("avro-confluent.basic-auth.user-info");
+            "avro-confluent" | "debezium-avro-confluent" => {
+                // Flink names the options after the format.
+                let url = options.require_str(&format!("{format}.url"))?;
+                let given = options.take_str(&format!("{format}.basic-auth.user-info"));
                 // Credentials in the URL (`http://user:password@host`) are taken out of it,
                 // so that errors and SHOW JOBS name the registry without them.
                 let (url, in_url) = split_user_info(&url);

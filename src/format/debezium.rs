@@ -1,6 +1,6 @@
-//! Debezium change events in JSON (`'format' = 'debezium-json'`, Flink's name): each record
-//! is one change of one row of a database table, decoded into the declared columns with
-//! whether it deletes the row (the column `schema::CHANGE_COLUMN`).
+//! Debezium change events (`'format' = 'debezium-json'` and `'debezium-avro-confluent'`,
+//! Flink's names): each record is one change of one row of a database table, decoded into
+//! its columns with whether it deletes the row (the column `schema::CHANGE_COLUMN`).
 //!
 //! ```text
 //! {"before": {...}, "after": {...}, "op": "c"|"r"|"u"|"d", "source": {...}, "ts_ms": ...}
@@ -11,7 +11,16 @@
 //! t (truncate), m (message), anything else -> a bad record, with why
 //! ```
 
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, AsArray, BooleanArray, RecordBatch, StructArray};
+use datafusion::arrow::compute::interleave;
+use datafusion::arrow::datatypes::{DataType, Schema};
 use serde_json::Value;
+
+use super::{Decoded, Group};
+use crate::error::{Error, Result};
+use crate::schema::changes::with_changes;
 
 /// What one Debezium record says.
 #[derive(Debug, PartialEq)]
@@ -70,6 +79,108 @@ pub fn change(record: &[u8]) -> std::result::Result<Change, String> {
              REPLICA IDENTITY, or Debezium's tombstones only, cannot say which row)"
         )),
     }
+}
+
+/// Decoded Avro envelopes (`before`, `after`, `op`, `source`, ...) as the rows they change:
+/// the fields of `after` (of `before` for a delete) as columns, with whether each deletes
+/// its key. Events floe does not apply join the errors, by their record's index.
+pub fn rows_of_envelopes(decoded: Decoded) -> Result<Decoded> {
+    let mut errors = decoded.errors;
+    let mut groups = Vec::new();
+    for group in decoded.groups {
+        let (group, bad) = rows_of(group)?;
+        errors.extend(bad);
+        groups.extend(group);
+    }
+    errors.sort_by_key(|(i, _)| *i);
+    Ok(Decoded { groups, errors })
+}
+
+/// Records' errors: each record's index with why it was not applied.
+type Errors = Vec<(usize, String)>;
+
+fn rows_of(group: Group) -> Result<(Option<Group>, Errors)> {
+    let batch = &group.batch;
+    let fail = |e: String| Error::Internal(format!("Debezium Avro events: {e}"));
+    let envelope = |name: &str| {
+        batch.column_by_name(name).cloned().ok_or_else(|| {
+            format!("the writer schema is not a Debezium envelope: it has no '{name}' field")
+        })
+    };
+    let (op, before, after) = match (envelope("op"), envelope("before"), envelope("after")) {
+        (Ok(op), Ok(before), Ok(after)) => (op, before, after),
+        (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
+            let bad = group.rows.iter().map(|&i| (i, why.clone())).collect();
+            return Ok((None, bad));
+        }
+    };
+    let (Some(op), Some(before), Some(after)) = (
+        op.as_string_opt::<i32>(),
+        before.as_struct_opt(),
+        after.as_struct_opt(),
+    ) else {
+        let why = "the envelope's 'op' is not a string or 'before'/'after' not records".to_string();
+        let bad = group.rows.iter().map(|&i| (i, why.clone())).collect();
+        return Ok((None, bad));
+    };
+    let mut keep = Vec::new();
+    let mut sides = Vec::new();
+    let mut deletes = Vec::new();
+    let mut bad = Vec::new();
+    for row in 0..batch.num_rows() {
+        let input = group.rows[row];
+        let (side, delete) = match op.is_valid(row).then(|| op.value(row)) {
+            Some("c" | "r" | "u") => (1, false),
+            Some("d") => (0, true),
+            Some("t") => {
+                bad.push((
+                    input,
+                    "a truncate event ('op' = 't'): floe does not empty tables \
+                                   on a change stream's say; DELETE FROM the table to do it"
+                        .to_string(),
+                ));
+                continue;
+            }
+            other => {
+                bad.push((
+                    input,
+                    format!("unknown Debezium op {other:?} (c, r, u and d are applied)"),
+                ));
+                continue;
+            }
+        };
+        let chosen: &StructArray = if side == 0 { before } else { after };
+        if chosen.is_null(row) {
+            let name = if side == 0 { "before" } else { "after" };
+            bad.push((
+                input,
+                format!("a '{}' event without '{name}'", op.value(row)),
+            ));
+            continue;
+        }
+        keep.push(row);
+        sides.push((side, row));
+        deletes.push(delete);
+    }
+    if keep.is_empty() {
+        return Ok((None, bad));
+    }
+    if before.data_type() != after.data_type() {
+        let why = "the envelope's 'before' and 'after' have different types".to_string();
+        return Ok((None, group.rows.iter().map(|&i| (i, why.clone())).collect()));
+    }
+    let rows = interleave(&[before as &dyn Array, after as &dyn Array], &sides)
+        .map_err(|e| fail(e.to_string()))?;
+    let rows = rows.as_struct();
+    let DataType::Struct(fields) = rows.data_type() else {
+        return Err(fail("not a struct".into()));
+    };
+    let schema = Arc::new(Schema::new(fields.clone()));
+    let columns = rows.columns().to_vec();
+    let data = RecordBatch::try_new(schema, columns).map_err(|e| fail(e.to_string()))?;
+    let batch = with_changes(&data, Arc::new(BooleanArray::from(deletes)))?;
+    let rows = keep.iter().map(|&r| group.rows[r]).collect();
+    Ok((Some(Group { batch, rows }), bad))
 }
 
 #[cfg(test)]

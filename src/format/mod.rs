@@ -44,6 +44,15 @@ pub enum Format {
     Avro,
     /// Debezium change events in JSON.
     DebeziumJson,
+    /// Debezium change events in Avro, in the Confluent wire format.
+    DebeziumAvro,
+}
+
+impl Format {
+    /// Whether its records are changes of keyed rows (Debezium's), not rows to append.
+    pub fn is_changes(self) -> bool {
+        matches!(self, Format::DebeziumJson | Format::DebeziumAvro)
+    }
 }
 
 /// Decodes records of one format into the declared schema, or into a schema per record
@@ -102,7 +111,10 @@ impl Decoder {
         let max_record_size = options
             .take_positive_size("record.max-size")?
             .unwrap_or(MAX_RECORD_SIZE);
-        if matches!(format, "avro" | "avro-confluent" | "avro-glue") {
+        if matches!(
+            format,
+            "avro" | "avro-confluent" | "avro-glue" | "debezium-avro-confluent"
+        ) {
             if !schema.fields().is_empty() {
                 return Err(Error::Plan(format!(
                     "'format' = '{format}' takes its columns from the Avro writer schema; \
@@ -110,7 +122,11 @@ impl Decoder {
                 )));
             }
             return Ok(Self {
-                format: Format::Avro,
+                format: if format == "debezium-avro-confluent" {
+                    Format::DebeziumAvro
+                } else {
+                    Format::Avro
+                },
                 schema,
                 inference: None,
                 avro: Some(Arc::new(AvroDecoder::try_new(format, options)?)),
@@ -188,6 +204,7 @@ impl Decoder {
                         "avro-confluent",
                         "avro-glue",
                         "debezium-json",
+                        "debezium-avro-confluent",
                     ],
                 ));
             }
@@ -258,6 +275,24 @@ impl Decoder {
 
     async fn decode_all(&self, records: &[&[u8]]) -> Result<Decoded> {
         if let Some(avro) = &self.avro {
+            if self.format == Format::DebeziumAvro {
+                // Tombstones (empty records) are no change: not decoded, not errors.
+                let kept: Vec<usize> = (0..records.len())
+                    .filter(|&i| !records[i].is_empty())
+                    .collect();
+                let these: Vec<&[u8]> = kept.iter().map(|&i| records[i]).collect();
+                avro.resolve(&these).await?;
+                let mut decoded = debezium::rows_of_envelopes(avro.decode(&these)?)?;
+                for group in &mut decoded.groups {
+                    for row in &mut group.rows {
+                        *row = kept[*row];
+                    }
+                }
+                for (i, _) in &mut decoded.errors {
+                    *i = kept[*i];
+                }
+                return Ok(decoded);
+            }
             avro.resolve(records).await?;
             return avro.decode(records);
         }
@@ -423,7 +458,7 @@ fn decode_all(
             }
         }
         Format::Avro => return Err("Avro is decoded by the Avro decoder".to_string()),
-        Format::DebeziumJson => {
+        Format::DebeziumJson | Format::DebeziumAvro => {
             return Err("Debezium events are decoded by decode_changes".to_string());
         }
         Format::Raw => {

@@ -201,3 +201,90 @@ def test_an_upsert_topic_keeps_the_last_value_of_each_key_and_tombstones_delete(
     dk = sorted(duck.execute(
         f"SELECT sku, price FROM iceberg_scan('{table.metadata_location}')").fetchall())
     assert dk == expected, "DuckDB: not the last value of each key"
+
+
+VALUE = {
+    "type": "record", "name": "Value", "namespace": "dbserver1.shop.customers",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "name", "type": ["null", "string"], "default": None},
+        {"name": "tier", "type": ["null", "int"], "default": None},
+    ],
+}
+ENVELOPE = {
+    "type": "record", "name": "Envelope", "namespace": "dbserver1.shop.customers",
+    "fields": [
+        {"name": "before", "type": ["null", VALUE], "default": None},
+        {"name": "after", "type": ["null", "dbserver1.shop.customers.Value"], "default": None},
+        {"name": "source", "type": {"type": "record", "name": "Source", "namespace": "io.debezium",
+                                    "fields": [{"name": "db", "type": "string"},
+                                               {"name": "table", "type": "string"}]}},
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None},
+    ],
+}
+
+
+def test_debezium_avro_through_the_registry_is_applied_by_key(
+    kafka, floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+):
+    """'format' = 'debezium-avro-confluent': Debezium's Avro envelopes (fastavro-encoded,
+    the writer schema in the registry fixture) into a keyed table; tombstones are no change,
+    a truncate is a dead letter."""
+    from test_avro import encode, load_fixture, register
+
+    registry = load_fixture().serve("127.0.0.1", 0, None)
+    url = f"http://127.0.0.1:{registry.server_address[1]}"
+    try:
+        sid = register(url, "dbserver1.shop.customers-value", ENVELOPE)
+        topic = create_topic(kafka, 2)
+        rng = random.Random(5)
+        state: dict[int, tuple] = {}
+        prod = Producer(kafka)
+        source = {"db": "shop", "table": "customers"}
+        for n in range(6_000):
+            i = rng.randrange(1_000)
+            key = json.dumps({"id": i}).encode()
+            if i in state and rng.random() < 0.25:
+                before = {"id": i, "name": state[i][0], "tier": state[i][1]}
+                event = {"before": before, "after": None, "source": source, "op": "d", "ts_ms": n}
+                del state[i]
+                prod.send(topic, encode(sid, ENVELOPE, event), key=key)
+                prod.send(topic, None, key=key)
+            else:
+                row = {"id": i, "name": f"v{n}", "tier": n % 4}
+                op = "u" if i in state else "c"
+                state[i] = (row["name"], row["tier"])
+                event = {"before": None, "after": row, "source": source, "op": op, "ts_ms": n}
+                prod.send(topic, encode(sid, ENVELOPE, event), key=key)
+        truncate = {"before": None, "after": None, "source": source, "op": "t", "ts_ms": 0}
+        prod.send(topic, encode(sid, ENVELOPE, truncate), key=b"t")
+        prod.flush()
+        opts = {
+            "connector": "kafka", "topic": topic, "properties.bootstrap.servers": kafka,
+            "format": "debezium-avro-confluent", "debezium-avro-confluent.url": url,
+            "scan.bounded.mode": "latest-offset",
+        }
+        body = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in opts.items())
+        run_floe_in(
+            floe_bin, tmp_path, lake.ddl(),
+            "CREATE SCHEMA lake.shop",
+            "CREATE TABLE lake.shop.customers (id BIGINT, name STRING, tier INT, "
+            "PRIMARY KEY (id) NOT ENFORCED)",
+            f"CREATE SOURCE changes WITH ({body})",
+            "SET 'checkpoint.interval' = '200ms'",
+            "SET 'table.dml-sync' = 'true'",
+            "INSERT INTO lake.shop.customers SELECT id, name, tier FROM changes",
+        )
+    finally:
+        registry.shutdown()
+    expected = sorted((k, n, t) for k, (n, t) in state.items())
+    table = lake.pyiceberg().load_table("shop.customers")
+    py = sorted((r["id"], r["name"], r["tier"]) for r in table.scan().to_arrow().to_pylist())
+    assert py == expected
+    dk = sorted(duck.execute(
+        f"SELECT id, name, tier FROM iceberg_scan('{table.metadata_location}')").fetchall())
+    assert dk == expected
+    dead = lake.pyiceberg().load_table("shop.dead_letters").scan().to_arrow().to_pylist()
+    assert [d["error"] for d in dead if "truncate" in d["error"]], dead
+    assert len(dead) == 1, dead

@@ -18,7 +18,7 @@ use super::{
 use crate::connector::{BadRecord, RecordOrigins, source_rows};
 use crate::error::Reject;
 use crate::error::Result;
-use crate::format::{Decoder, Format};
+use crate::format::Decoder;
 use crate::schema::changes::with_changes;
 
 /// One message, copied out of librdkafka.
@@ -51,7 +51,7 @@ pub async fn decode(
         reject: Reject::new(format!("{} offset {}: {why}", r.tp, r.offset)),
     };
     // A change stream's tombstones (a key with no value, after a delete) are no change.
-    let tombstones = decoder.format() == Format::DebeziumJson;
+    let tombstones = decoder.format().is_changes();
     // An upsert topic's tombstones delete their key: decoded from the key.
     let mut keys: HashMap<usize, Vec<u8>> = HashMap::new();
     for (i, r) in raw.iter().enumerate() {
