@@ -24,8 +24,12 @@ use super::read::{self, FILE_COLUMN, POS_COLUMN};
 use super::upsert::Keys;
 use crate::error::{Error, Result};
 
-/// A key, in Arrow's row encoding of the key columns.
-pub type Key = Box<[u8]>;
+/// A key: an integer key column's value, or Arrow's row encoding of the key columns.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Key {
+    Int(i64),
+    Row(Box<[u8]>),
+}
 
 /// The live rows of one table by key, as of one snapshot.
 #[derive(Debug, Default)]
@@ -79,7 +83,7 @@ impl KeyIndex {
                 let (file, pos) = (file.as_string::<i32>(), pos.as_primitive::<Int64Type>());
                 for (i, k) in found.into_iter().enumerate() {
                     let f = self.file_id(file.value(i));
-                    self.insert(k.as_ref().into(), f, pos.value(i) as u64);
+                    self.insert(k, f, pos.value(i) as u64);
                 }
             }
         }
@@ -109,7 +113,7 @@ impl KeyIndex {
     }
 
     /// The live rows of `key`: their data files and positions.
-    pub fn find(&self, key: &[u8]) -> Vec<(&str, u64)> {
+    pub fn find(&self, key: &Key) -> Vec<(&str, u64)> {
         let place = |(f, p): (u32, u64)| (self.files[f as usize].as_str(), p);
         if let Some(all) = self.more.get(key) {
             return all.iter().copied().map(place).collect();
@@ -133,26 +137,42 @@ impl KeyIndex {
         if self.snapshot != Some(update.base) {
             return;
         }
-        for k in &update.keys {
+        for k in update
+            .deleted
+            .iter()
+            .chain(update.rows.iter().map(|(k, _, _)| k))
+        {
             self.rows.remove(k);
             self.more.remove(k);
         }
-        for (k, path, pos) in update.rows {
-            let f = self.file_id(&path);
-            self.insert(k, f, pos);
+        let ids: Vec<u32> = update.files.iter().map(|p| self.file_id(p)).collect();
+        for (k, f, pos) in update.rows {
+            self.insert(k, ids[f as usize], pos);
         }
         self.snapshot = Some(snapshot);
     }
 }
 
-/// What a commit changes in an index: the keys it replaces or deletes, and where their new
-/// rows are.
-#[derive(Debug)]
+/// What a commit changes in an index: the keys it deletes, and the keys of its new rows
+/// with where they are (which replace the keys' rows).
+#[derive(Debug, Default)]
 pub struct Update {
     /// The snapshot the rows replaced were found in.
     pub base: Option<i64>,
-    pub keys: Vec<Key>,
-    pub rows: Vec<(Key, String, u64)>,
+    pub deleted: Vec<Key>,
+    /// The new rows' data files.
+    pub files: Vec<String>,
+    /// Each new row's key, data file (an index into `files`) and position.
+    pub rows: Vec<(Key, u32, u64)>,
+}
+
+impl Update {
+    /// Every key it changes.
+    pub fn keys(&self) -> impl Iterator<Item = &Key> {
+        self.deleted
+            .iter()
+            .chain(self.rows.iter().map(|(k, _, _)| k))
+    }
 }
 
 #[cfg(test)]
@@ -160,7 +180,7 @@ mod tests {
     use super::*;
 
     fn key(s: &str) -> Key {
-        s.as_bytes().into()
+        Key::Row(s.as_bytes().into())
     }
 
     #[test]
@@ -174,24 +194,29 @@ mod tests {
         index.insert(key("k2"), f, 1);
         // A key another writer appended twice: both rows are its.
         index.insert(key("k2"), f, 5);
-        assert_eq!(index.find(b"k2"), vec![("a.parquet", 1), ("a.parquet", 5)]);
+        assert_eq!(
+            index.find(&key("k2")),
+            vec![("a.parquet", 1), ("a.parquet", 5)]
+        );
         let update = Update {
             base: Some(1),
-            keys: vec![key("k1"), key("k2")],
-            rows: vec![(key("k2"), "b.parquet".into(), 0)],
+            deleted: vec![key("k1")],
+            files: vec!["b.parquet".into()],
+            rows: vec![(key("k2"), 0, 0)],
         };
         index.committed(update, Some(2));
-        assert_eq!(index.find(b"k1"), vec![]);
-        assert_eq!(index.find(b"k2"), vec![("b.parquet", 0)]);
+        assert_eq!(index.find(&key("k1")), vec![]);
+        assert_eq!(index.find(&key("k2")), vec![("b.parquet", 0)]);
         assert_eq!(index.len(), 1);
         // Found on snapshot 1, but the index reflects 2 now: not applied.
         let stale = Update {
             base: Some(1),
-            keys: vec![key("k2")],
-            rows: vec![],
+            deleted: vec![key("k2")],
+            ..Update::default()
         };
         index.committed(stale, Some(3));
-        assert_eq!(index.find(b"k2"), vec![("b.parquet", 0)]);
+        assert_eq!(index.find(&key("k2")), vec![("b.parquet", 0)]);
+        assert_eq!(index.find(&Key::Int(7)), vec![]);
         assert_eq!(index.snapshot, Some(Some(2)));
     }
 }

@@ -17,11 +17,12 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array};
 use datafusion::arrow::compute::kernels::boolean::not;
 use datafusion::arrow::compute::{filter_record_batch, take_record_batch};
+use datafusion::arrow::datatypes::{DataType, Int32Type, Int64Type};
 use datafusion::arrow::error::ArrowError;
-use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
+use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::parquet::arrow::ArrowWriter;
 use iceberg::spec::{DataFile, Schema};
 use iceberg::table::Table;
@@ -54,8 +55,9 @@ impl Keys {
         }
     }
 
-    /// The key of every row of `batch`.
-    pub fn of(&mut self, batch: &RecordBatch) -> Result<Vec<OwnedRow>> {
+    /// The key of every row of `batch`: a single integer column's values as they are (no
+    /// allocation per row), other keys in Arrow's row encoding.
+    pub fn of(&mut self, batch: &RecordBatch) -> Result<Vec<Key>> {
         let columns: Vec<ArrayRef> =
             self.names
                 .iter()
@@ -65,6 +67,30 @@ impl Keys {
                     })
                 })
                 .collect::<Result<_>>()?;
+        if let [one] = columns.as_slice()
+            && one.null_count() == 0
+        {
+            let ints: Option<Vec<Key>> = match one.data_type() {
+                DataType::Int64 => Some(
+                    one.as_primitive::<Int64Type>()
+                        .values()
+                        .iter()
+                        .map(|&v| Key::Int(v))
+                        .collect(),
+                ),
+                DataType::Int32 => Some(
+                    one.as_primitive::<Int32Type>()
+                        .values()
+                        .iter()
+                        .map(|&v| Key::Int(i64::from(v)))
+                        .collect(),
+                ),
+                _ => None,
+            };
+            if let Some(ints) = ints {
+                return Ok(ints);
+            }
+        }
         if self.converter.is_none() {
             let fields = columns
                 .iter()
@@ -79,7 +105,7 @@ impl Keys {
         let rows = converter
             .convert_columns(&columns)
             .map_err(|e| Error::Internal(format!("comparing keys: {e}")))?;
-        Ok(rows.iter().map(|r| r.owned()).collect())
+        Ok(rows.iter().map(|r| Key::Row(r.as_ref().into())).collect())
     }
 }
 
@@ -167,26 +193,23 @@ pub async fn superseded(
     let mut converter = Keys::new(keys);
     let mut update = Update {
         base,
-        keys: Vec::new(),
-        rows: Vec::new(),
+        ..Update::default()
     };
     let key_schema = read::columns_of(table, keys)?;
     for f in added {
+        let file = update.files.len() as u32;
+        update.files.push(f.file_path().to_string());
         let mut pos = 0u64;
         for batch in read::conformed(table.file_io(), &key_schema, f.file_path()).await? {
             for k in converter.of(&batch)? {
-                let k: Key = k.as_ref().into();
-                update.keys.push(k.clone());
-                update.rows.push((k, f.file_path().to_string(), pos));
+                update.rows.push((k, file, pos));
                 pos += 1;
             }
         }
     }
     for path in deleted {
         for batch in read::parquet(table.file_io(), path, "file of deleted keys").await? {
-            update
-                .keys
-                .extend(converter.of(&batch)?.into_iter().map(|k| k.as_ref().into()));
+            update.deleted.extend(converter.of(&batch)?);
         }
     }
     if base.is_none() {
@@ -196,7 +219,7 @@ pub async fn superseded(
     let mut index = index.lock().await;
     index.reflect(table, keys, &mut converter).await?;
     let mut positions: BTreeMap<String, Vec<i64>> = BTreeMap::new();
-    for k in &update.keys {
+    for k in update.keys() {
         for (file, pos) in index.find(k) {
             positions
                 .entry(file.to_string())
