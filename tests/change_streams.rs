@@ -132,3 +132,29 @@ fn a_change_stream_crashed_at_each_checkpoint_step_leaves_the_final_state() {
         );
     }
 }
+
+#[test]
+fn deletes_of_keys_the_table_does_not_hold_change_nothing_and_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("changes.jsonl"),
+        concat!(
+            r#"{"before":null,"after":{"id":1,"name":"a"},"op":"c"}"#,
+            "\n",
+            r#"{"before":{"id":2,"name":"b"},"after":null,"op":"d"}"#,
+            "\n",
+            r#"{"before":{"id":3},"after":null,"op":"d"}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    run_script_to_end(dir.path(), &script("1h"));
+    assert_eq!(table(dir.path()), "id,name\n1,a\n");
+    let counted = query_csv(
+        dir.path(),
+        CATALOG,
+        "SELECT summary['floe.deletes-of-unknown-keys'] AS unknown \
+         FROM lake.shop.\"customers$snapshots\"",
+    );
+    assert_eq!(counted, "unknown\n2\n");
+}

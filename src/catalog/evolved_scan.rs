@@ -31,7 +31,8 @@ pub async fn scan(
         table: table.clone(),
         schema: schema.clone(),
         tasks,
-        read: read::live,
+        columns: None,
+        read: |table, tasks, _| read::live(table, tasks),
     });
     let exec = StreamingTableExec::try_new(schema, vec![files], projection, [], false, limit)?;
     Ok(Arc::new(exec))

@@ -104,20 +104,44 @@ impl TableProvider for PositionedTable {
         limit: Option<usize>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
         let tasks = self.plan(filters).await?;
+        // Only the columns the statement reads are read from the files (a DELETE reads its
+        // condition's), then the positions.
+        let all: Vec<usize> = (0..self.schema.fields().len()).collect();
+        let wanted = projection.unwrap_or(&all);
+        let data = self.schema.fields().len() - 2;
+        let mut columns: Vec<usize> = wanted.iter().copied().filter(|&i| i < data).collect();
+        columns.sort_unstable();
+        columns.dedup();
+        if columns.is_empty() && data > 0 {
+            // Rows are counted by their columns: read one (`DELETE FROM t` reads no other).
+            columns.push(0);
+        }
+        let names: Vec<String> = columns
+            .iter()
+            .map(|&i| self.schema.field(i).name().clone())
+            .collect();
+        let mut fields: Vec<_> = columns
+            .iter()
+            .map(|&i| self.schema.fields()[i].clone())
+            .collect();
+        fields.extend(self.schema.fields()[data..].iter().cloned());
+        let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
+        let projection: Vec<usize> = wanted
+            .iter()
+            .map(|&i| match columns.binary_search(&i) {
+                Ok(k) => k,
+                Err(_) => columns.len() + (i - data),
+            })
+            .collect();
         let files = Arc::new(Files {
             table: self.table.clone(),
-            schema: self.schema.clone(),
+            schema: schema.clone(),
             tasks,
-            read: read::positioned,
+            columns: Some(names),
+            read: read::positioned_columns,
         });
-        let exec = StreamingTableExec::try_new(
-            self.schema.clone(),
-            vec![files],
-            projection,
-            [],
-            false,
-            limit,
-        )?;
+        let exec =
+            StreamingTableExec::try_new(schema, vec![files], Some(&projection), [], false, limit)?;
         Ok(Arc::new(exec))
     }
 
@@ -129,9 +153,13 @@ impl TableProvider for PositionedTable {
     }
 }
 
-/// How a scan reads its files: `lake::read`'s `positioned` or `live`.
-pub(super) type ReadFn =
-    fn(&Table, Vec<FileScanTask>) -> Result<BoxStream<'static, Result<RecordBatch>>>;
+/// How a scan reads its files (only the columns named, when named): `lake::read`'s
+/// `positioned_columns` or `live`.
+pub(super) type ReadFn = fn(
+    &Table,
+    Vec<FileScanTask>,
+    Option<&[String]>,
+) -> Result<BoxStream<'static, Result<RecordBatch>>>;
 
 /// The files of one scan, read one after the other by `read`, in `schema` (the one the
 /// provider states).
@@ -140,6 +168,8 @@ pub(super) struct Files {
     pub(super) table: Table,
     pub(super) schema: SchemaRef,
     pub(super) tasks: Vec<FileScanTask>,
+    /// The table's columns to read (all when `None`).
+    pub(super) columns: Option<Vec<String>>,
     pub(super) read: ReadFn,
 }
 
@@ -150,7 +180,7 @@ impl PartitionStream for Files {
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
         let schema = self.schema.clone();
-        let batches = match (self.read)(&self.table, self.tasks.clone()) {
+        let batches = match (self.read)(&self.table, self.tasks.clone(), self.columns.as_deref()) {
             Ok(rows) => rows
                 .map(move |b| {
                     b.and_then(|b| {

@@ -32,6 +32,9 @@ use crate::schema::merge::{merge_schemas, remap_spec};
 pub const SUMMARY_JOB: &str = "floe.job";
 /// Summary key: the checkpoint id a snapshot commits.
 pub const SUMMARY_CHECKPOINT: &str = "floe.checkpoint";
+/// Summary key: how many keys a checkpoint's change stream deleted that the table did not
+/// hold (deletes that changed nothing).
+pub const SUMMARY_UNKNOWN_DELETES: &str = "floe.deletes-of-unknown-keys";
 /// Summary key: the source offsets (JSON, per source name) the job resumes from after it.
 pub const SUMMARY_OFFSETS: &str = "floe.offsets";
 
@@ -293,16 +296,21 @@ async fn commit_upsert(
             "table {ident} no longer has a primary key (identifier fields)"
         )));
     }
-    let (deletes, update) = upsert::superseded(table, &keys, &added, deleted_keys).await?;
+    let (deletes, update, unknown) = upsert::superseded(table, &keys, &added, deleted_keys).await?;
     if deletes.is_empty() && added.is_empty() {
         // Deletes of keys the table does not hold: nothing changes.
         return Ok(table.clone());
+    }
+    let mut summary = change.summary;
+    if unknown > 0 {
+        // Deletes of keys the table does not hold change nothing; the count says so.
+        summary.insert(SUMMARY_UNKNOWN_DELETES.to_string(), unknown.to_string());
     }
     let delta = RowDelta {
         deletes,
         added,
         read_snapshot: md.current_snapshot_id(),
-        summary: change.summary,
+        summary,
         properties: change.properties,
     };
     let committed = match prepare_row_delta(table, &delta).await {

@@ -181,14 +181,15 @@ pub async fn write_keys(table: &Table, keys: &RecordBatch) -> Result<String> {
 /// The position delete files removing `table`'s live rows whose keys (`keys`, its key
 /// columns) are those of the rows in `added` (data files not in the table yet) or in the
 /// files `deleted` ([`write_keys`]), written but not committed, each with its spec id; and
-/// the change to the table's key index once they are committed ([`committed`]). The rows
-/// are found with the index (`lake::key_index`), made to reflect the table as it is.
+/// the change to the table's key index once they are committed ([`committed`]), and how
+/// many of the keys deleted the table does not hold (those deletes change nothing). The
+/// rows are found with the index (`lake::key_index`), made to reflect the table as it is.
 pub async fn superseded(
     table: &Table,
     keys: &[String],
     added: &[DataFile],
     deleted: &[String],
-) -> Result<(Vec<(DataFile, i32)>, Update)> {
+) -> Result<(Vec<(DataFile, i32)>, Update, u64)> {
     let base = table.metadata().current_snapshot_id();
     let mut converter = Keys::new(keys);
     let mut update = Update {
@@ -213,7 +214,8 @@ pub async fn superseded(
         }
     }
     if base.is_none() {
-        return Ok((Vec::new(), update));
+        let unknown = update.deleted.len() as u64;
+        return Ok((Vec::new(), update, unknown));
     }
     let index = key_index::of(table);
     let mut index = index.lock().await;
@@ -227,9 +229,14 @@ pub async fn superseded(
                 .push(pos as i64);
         }
     }
+    let unknown = update
+        .deleted
+        .iter()
+        .filter(|k| index.find(k).is_empty())
+        .count() as u64;
     drop(index);
     if positions.is_empty() {
-        return Ok((Vec::new(), update));
+        return Ok((Vec::new(), update, unknown));
     }
     let targets = data_files(table, positions.keys()).await?;
     let mut out = Vec::new();
@@ -251,7 +258,7 @@ pub async fn superseded(
             }
         }
     }
-    Ok((out, update))
+    Ok((out, update, unknown))
 }
 
 /// After the commit of what [`superseded`] found, as `snapshot`: the table's key index
