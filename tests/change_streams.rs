@@ -60,11 +60,16 @@ fn events() -> (String, BTreeMap<u64, String>) {
 }
 
 fn script(interval: &str) -> String {
+    script_with(interval, "")
+}
+
+/// [`script`] with the table created `WITH (...)` `options`.
+fn script_with(interval: &str, options: &str) -> String {
     format!(
         "{CATALOG};
          CREATE SCHEMA IF NOT EXISTS lake.shop;
          CREATE TABLE IF NOT EXISTS lake.shop.customers (id BIGINT, name STRING,
-           PRIMARY KEY (id) NOT ENFORCED) PARTITIONED BY (bucket(4, id));
+           PRIMARY KEY (id) NOT ENFORCED) PARTITIONED BY (bucket(4, id)){options};
          CREATE SOURCE changes (id BIGINT, name STRING) WITH ('connector' = 'filesystem',
            'path' = 'changes.jsonl', 'format' = 'debezium-json');
          SET 'pipeline.name' = 'cdc';
@@ -103,6 +108,38 @@ fn a_change_stream_leaves_the_final_state_of_every_key() {
             "checkpoint.interval {interval}: the table is not the final state of the keys"
         );
     }
+}
+
+#[test]
+fn a_key_index_over_its_memory_budget_gives_way_to_reading_the_keys() {
+    // 1 KiB holds no index of 4,000 keys: every commit reads the table's key column.
+    let dir = tempfile::tempdir().unwrap();
+    let expected = prepared(dir.path());
+    let options = " WITH ('floe.key-index.memory' = '1kb')";
+    run_script_to_end(dir.path(), &script_with("50ms", options));
+    assert!(
+        table(dir.path()) == expected,
+        "without an index: the table is not the final state of the keys"
+    );
+    // The budget is read: a bad one is an error that names it.
+    let bad = tempfile::tempdir().unwrap();
+    prepared(bad.path());
+    std::fs::write(
+        bad.path().join("job.sql"),
+        script_with("50ms", " WITH ('floe.key-index.memory' = 'lots')"),
+    )
+    .unwrap();
+    let out = common::process::floe()
+        .current_dir(bad.path())
+        .args(["-q", "-f", "job.sql"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("property 'floe.key-index.memory' = 'lots'"),
+        "{err}"
+    );
 }
 
 #[test]

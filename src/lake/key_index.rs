@@ -10,18 +10,16 @@
 //!
 //! An index is only ever used for the snapshot it reflects, so a commit by another writer,
 //! a compaction, a crash or a restart costs a rebuild, never a wrong delete. Keys are kept
-//! exactly (Arrow's row encoding of the key columns), in memory.
+//! exactly (integers as they are, others in Arrow's row encoding of the key columns), in
+//! memory, within a budget ([`MEMORY_PROPERTY`]); an index over it holds nothing and the
+//! keys are looked up in the table's key columns at each commit.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
-use datafusion::arrow::array::AsArray;
-use datafusion::arrow::datatypes::Int64Type;
-use futures::TryStreamExt;
 use iceberg::table::Table;
 
-use super::read::{self, FILE_COLUMN, POS_COLUMN};
-use super::upsert::Keys;
+use super::upsert::{Keys, live_keys};
 use crate::error::{Error, Result};
 
 /// A key: an integer key column's value, or Arrow's row encoding of the key columns.
@@ -31,11 +29,25 @@ pub enum Key {
     Row(Box<[u8]>),
 }
 
+/// The table property bounding a table's index in memory (`'256mb'` when unset): an index
+/// that would be larger is not kept, and each commit finds its keys' rows by reading the
+/// table's key columns instead (slower, in bounded memory).
+pub const MEMORY_PROPERTY: &str = "floe.key-index.memory";
+
+/// The memory an index takes when the table does not say.
+pub const DEFAULT_MEMORY: u64 = 256 << 20;
+
 /// The live rows of one table by key, as of one snapshot.
 #[derive(Debug, Default)]
 pub struct KeyIndex {
     /// The snapshot it reflects; `None` before it is built.
     snapshot: Option<Option<i64>>,
+    /// About how much memory it holds, and the most it may.
+    bytes: u64,
+    budget: u64,
+    /// It would take more than its budget: it holds nothing, and keys are looked up in the
+    /// table itself.
+    over: bool,
     files: Vec<String>,
     file_ids: HashMap<String, u32>,
     rows: HashMap<Key, (u32, u64)>,
@@ -68,27 +80,37 @@ impl KeyIndex {
         if self.snapshot == Some(current) {
             return Ok(());
         }
-        *self = KeyIndex::default();
+        *self = KeyIndex {
+            budget: budget(table)?,
+            ..KeyIndex::default()
+        };
         if current.is_some() {
-            let tasks = read::plan_all(table).await?;
-            let mut rows = read::positioned_columns(table, tasks, Some(keys))?;
-            while let Some(batch) = rows.try_next().await? {
-                let found = converter.of(&batch)?;
-                let (Some(file), Some(pos)) = (
-                    batch.column_by_name(FILE_COLUMN),
-                    batch.column_by_name(POS_COLUMN),
-                ) else {
-                    return Err(Error::Internal("positioned rows without positions".into()));
-                };
-                let (file, pos) = (file.as_string::<i32>(), pos.as_primitive::<Int64Type>());
-                for (i, k) in found.into_iter().enumerate() {
-                    let f = self.file_id(file.value(i));
-                    self.insert(k, f, pos.value(i) as u64);
-                }
-            }
+            live_keys(table, keys, converter, |k, file, pos| {
+                let f = self.file_id(file);
+                self.insert(k, f, pos as u64);
+                !self.over
+            })
+            .await?;
         }
         self.snapshot = Some(current);
         Ok(())
+    }
+
+    /// Whether it would take more memory than its budget: it holds nothing then, and the
+    /// caller looks keys up in the table.
+    pub fn is_over_budget(&self) -> bool {
+        self.over
+    }
+
+    /// Give up holding rows: the budget is spent.
+    fn overflow(&mut self) {
+        let (snapshot, budget) = (self.snapshot, self.budget);
+        *self = KeyIndex {
+            snapshot,
+            budget,
+            over: true,
+            ..KeyIndex::default()
+        };
     }
 
     fn file_id(&mut self, path: &str) -> u32 {
@@ -102,6 +124,19 @@ impl KeyIndex {
     }
 
     fn insert(&mut self, key: Key, file: u32, pos: u64) {
+        if self.over {
+            return;
+        }
+        // A map entry (key, place and the map's share), and a row key's bytes.
+        self.bytes += 56
+            + match &key {
+                Key::Int(_) => 0,
+                Key::Row(r) => r.len() as u64,
+            };
+        if self.bytes > self.budget {
+            self.overflow();
+            return;
+        }
         if let Some(first) = self.rows.get(&key).copied() {
             self.more
                 .entry(key)
@@ -137,6 +172,10 @@ impl KeyIndex {
         if self.snapshot != Some(update.base) {
             return;
         }
+        if self.over {
+            self.snapshot = Some(snapshot);
+            return;
+        }
         for k in update
             .deleted
             .iter()
@@ -150,6 +189,19 @@ impl KeyIndex {
             self.insert(k, ids[f as usize], pos);
         }
         self.snapshot = Some(snapshot);
+    }
+}
+
+/// The memory `table`'s index may take ([`MEMORY_PROPERTY`]).
+fn budget(table: &Table) -> Result<u64> {
+    match table.metadata().properties().get(MEMORY_PROPERTY) {
+        None => Ok(DEFAULT_MEMORY),
+        Some(v) => crate::sql::options::parse_size(v).map_err(|e| {
+            Error::Option(format!(
+                "table {}: property '{MEMORY_PROPERTY}' = '{v}': {e}",
+                table.identifier()
+            ))
+        }),
     }
 }
 
@@ -187,6 +239,7 @@ mod tests {
     fn commits_move_keys_and_an_index_of_another_snapshot_is_left_alone() {
         let mut index = KeyIndex {
             snapshot: Some(Some(1)),
+            budget: DEFAULT_MEMORY,
             ..KeyIndex::default()
         };
         let f = index.file_id("a.parquet");

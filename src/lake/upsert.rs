@@ -24,6 +24,7 @@ use datafusion::arrow::datatypes::{DataType, Int32Type, Int64Type};
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::parquet::arrow::ArrowWriter;
+use futures::TryStreamExt;
 use iceberg::spec::{DataFile, Schema};
 use iceberg::table::Table;
 
@@ -221,20 +222,28 @@ pub async fn superseded(
     let mut index = index.lock().await;
     index.reflect(table, keys, &mut converter).await?;
     let mut positions: BTreeMap<String, Vec<i64>> = BTreeMap::new();
-    for k in update.keys() {
-        for (file, pos) in index.find(k) {
-            positions
-                .entry(file.to_string())
-                .or_default()
-                .push(pos as i64);
+    let unknown;
+    if index.is_over_budget() {
+        drop(index);
+        let (found, missing) = scan_for(table, keys, &update, &mut converter).await?;
+        positions = found;
+        unknown = missing;
+    } else {
+        for k in update.keys() {
+            for (file, pos) in index.find(k) {
+                positions
+                    .entry(file.to_string())
+                    .or_default()
+                    .push(pos as i64);
+            }
         }
+        unknown = update
+            .deleted
+            .iter()
+            .filter(|k| index.find(k).is_empty())
+            .count() as u64;
+        drop(index);
     }
-    let unknown = update
-        .deleted
-        .iter()
-        .filter(|k| index.find(k).is_empty())
-        .count() as u64;
-    drop(index);
     if positions.is_empty() {
         return Ok((Vec::new(), update, unknown));
     }
@@ -259,6 +268,57 @@ pub async fn superseded(
         }
     }
     Ok((out, update, unknown))
+}
+
+/// The live rows of `update`'s keys found by reading the table's key columns (an index
+/// over its memory budget holds none), by data file; and how many deleted keys have none.
+async fn scan_for(
+    table: &Table,
+    keys: &[String],
+    update: &Update,
+    converter: &mut Keys,
+) -> Result<(BTreeMap<String, Vec<i64>>, u64)> {
+    let wanted: HashSet<&Key> = update.keys().collect();
+    let mut seen: HashSet<&Key> = HashSet::new();
+    let mut positions: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    live_keys(table, keys, converter, |k, file, pos| {
+        if let Some(w) = wanted.get(&k) {
+            seen.insert(w);
+            positions.entry(file.to_string()).or_default().push(pos);
+        }
+        true
+    })
+    .await?;
+    let unknown = update.deleted.iter().filter(|k| !seen.contains(k)).count() as u64;
+    Ok((positions, unknown))
+}
+
+/// Call `f` with the key, data file and position of every live row of `table` (its key
+/// columns `keys` only are read), until it returns false.
+pub async fn live_keys(
+    table: &Table,
+    keys: &[String],
+    converter: &mut Keys,
+    mut f: impl FnMut(Key, &str, i64) -> bool,
+) -> Result<()> {
+    let tasks = read::plan_all(table).await?;
+    let mut rows = read::positioned_columns(table, tasks, Some(keys))?;
+    while let Some(batch) = rows.try_next().await? {
+        let found = converter.of(&batch)?;
+        let (Some(file), Some(pos)) = (
+            batch.column_by_name(read::FILE_COLUMN),
+            batch.column_by_name(read::POS_COLUMN),
+        ) else {
+            return Err(Error::Internal("positioned rows without positions".into()));
+        };
+        let (file, pos) = (file.as_string::<i32>(), pos.as_primitive::<Int64Type>());
+        for (i, k) in found.into_iter().enumerate() {
+            if !f(k, file.value(i), pos.value(i)) {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// After the commit of what [`superseded`] found, as `snapshot`: the table's key index
