@@ -15,10 +15,8 @@
 //! does not reflect the snapshot committed on.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array};
-use datafusion::arrow::compute::kernels::boolean::not;
 use datafusion::arrow::compute::{filter_record_batch, take_record_batch};
 use datafusion::arrow::datatypes::{DataType, Int32Type, Int64Type};
 use datafusion::arrow::error::ArrowError;
@@ -32,7 +30,6 @@ use super::deletes::{self, Target};
 use super::key_index::{self, Key, Update};
 use super::read;
 use crate::error::{Error, Result};
-use crate::schema::changes::with_changes;
 
 /// The names of `schema`'s identifier fields (its primary key), in order.
 pub fn key_names(schema: &Schema) -> Vec<String> {
@@ -129,32 +126,67 @@ pub fn last_per_key(batch: &RecordBatch, keys: &[String]) -> Result<RecordBatch>
         .map_err(|e| Error::Internal(format!("keeping the last row of each key: {e}")))
 }
 
-/// [`last_per_key`] of a change stream's rows, `deletes` saying which delete their key: the
-/// rows to write (keys whose last change is not a delete), and the key columns of the keys
-/// whose last change is (`None` when there are none).
-pub fn last_per_key_split(
-    batch: &RecordBatch,
-    deletes: &BooleanArray,
+/// The last change of each key among a checkpoint's `batches` (in order; `deletes` says
+/// which rows of each delete their key): the rows to write (keys whose last change is not a
+/// delete), batch by batch without joining them, and the key columns of the keys whose last
+/// change is (`None` when there are none).
+pub fn last_changes(
+    batches: &[RecordBatch],
+    deletes: &[BooleanArray],
     keys: &[String],
-) -> Result<(RecordBatch, Option<RecordBatch>)> {
+) -> Result<(Vec<RecordBatch>, Option<RecordBatch>)> {
     let fail = |e: ArrowError| Error::Internal(format!("a checkpoint's changes: {e}"));
-    let with = with_changes(batch, Arc::new(deletes.clone()))?;
-    let last = last_per_key(&with, keys)?;
-    let flags = last.column(last.num_columns() - 1).as_boolean().clone();
-    let rows = last
-        .project(&(0..batch.num_columns()).collect::<Vec<_>>())
-        .map_err(fail)?;
-    if flags.true_count() == 0 {
-        return Ok((rows, None));
-    }
-    let upserts = filter_record_batch(&rows, &not(&flags).map_err(fail)?).map_err(fail)?;
-    let key_columns: Vec<usize> = keys
+    let mut converter = Keys::new(keys);
+    let all: Vec<Vec<Key>> = batches
         .iter()
-        .map(|k| rows.schema().index_of(k).map_err(fail))
+        .map(|b| converter.of(b))
         .collect::<Result<_>>()?;
-    let deleted =
-        filter_record_batch(&rows.project(&key_columns).map_err(fail)?, &flags).map_err(fail)?;
-    Ok((upserts, Some(deleted)))
+    // The last row of each key, found from the end.
+    let mut seen: HashSet<&Key> = HashSet::new();
+    let mut last: Vec<Vec<bool>> = all.iter().map(|k| vec![false; k.len()]).collect();
+    for (b, ks) in all.iter().enumerate().rev() {
+        for (r, k) in ks.iter().enumerate().rev() {
+            if seen.insert(k) {
+                last[b][r] = true;
+            }
+        }
+    }
+    let mut upserts = Vec::with_capacity(batches.len());
+    let mut deleted = Vec::new();
+    for ((batch, flags), last) in batches.iter().zip(deletes).zip(last) {
+        let upsert = BooleanArray::from_iter(
+            last.iter()
+                .enumerate()
+                .map(|(r, &l)| Some(l && !flags.value(r))),
+        );
+        let rows = filter_record_batch(batch, &upsert).map_err(fail)?;
+        if rows.num_rows() > 0 {
+            upserts.push(rows);
+        }
+        if flags.true_count() > 0 {
+            let delete = BooleanArray::from_iter(
+                last.iter()
+                    .enumerate()
+                    .map(|(r, &l)| Some(l && flags.value(r))),
+            );
+            let key_columns: Vec<usize> = keys
+                .iter()
+                .map(|k| batch.schema().index_of(k).map_err(fail))
+                .collect::<Result<_>>()?;
+            let keys = filter_record_batch(&batch.project(&key_columns).map_err(fail)?, &delete)
+                .map_err(fail)?;
+            if keys.num_rows() > 0 {
+                deleted.push(keys);
+            }
+        }
+    }
+    let deleted = match deleted.first() {
+        None => None,
+        Some(first) => Some(
+            datafusion::arrow::compute::concat_batches(&first.schema(), &deleted).map_err(fail)?,
+        ),
+    };
+    Ok((upserts, deleted))
 }
 
 /// Write `keys` (key columns of rows deleted) to a file beside `table`'s data, for a
@@ -393,6 +425,34 @@ mod tests {
         let v = two.column(2).as_string::<i32>();
         let got: Vec<&str> = (0..two.num_rows()).map(|i| v.value(i)).collect();
         assert_eq!(got, ["y1", "z1", "y2", "x3"]);
+    }
+
+    #[test]
+    fn the_last_change_of_each_key_across_batches_wins() {
+        let a = batch(&[1, 2, 3], &["a", "a", "a"], &["x1", "y1", "z1"]);
+        let b = batch(&[2, 1, 4], &["a", "a", "a"], &["y2", "x2", "w1"]);
+        // 2 is deleted last, 1 updated last, 3 deleted then not changed again.
+        let deletes = [
+            BooleanArray::from(vec![false, false, true]),
+            BooleanArray::from(vec![true, false, false]),
+        ];
+        let (upserts, deleted) = last_changes(&[a, b], &deletes, &["id".to_string()]).unwrap();
+        let values: Vec<String> = upserts
+            .iter()
+            .flat_map(|u| {
+                let v = u.column(2).as_string::<i32>().clone();
+                (0..u.num_rows()).map(move |i| v.value(i).to_string())
+            })
+            .collect();
+        assert_eq!(values, ["x2", "w1"]);
+        let deleted = deleted.unwrap();
+        let ids = deleted
+            .column(0)
+            .as_primitive::<Int64Type>()
+            .values()
+            .to_vec();
+        assert_eq!(ids, [3, 2]);
+        assert_eq!(deleted.num_columns(), 1, "the key columns only");
     }
 
     #[test]

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use datafusion::arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
+use datafusion::arrow::array::{BooleanArray, RecordBatch};
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{DataType, Schema as ArrowSchema, SchemaRef};
 use iceberg::Catalog;
@@ -177,8 +177,29 @@ impl Unwritten {
             None if self.deferred => TableWriter::row_group_per_write(&self.staged)?,
             None => TableWriter::try_new(&self.staged)?,
         };
-        if !self.rows.is_empty() {
-            writer.write(concat(&self.schema, self.rows)?).await?;
+        if self.deferred {
+            // One row group per write: the rows gathered, as one.
+            if !self.rows.is_empty() {
+                writer.write(concat(&self.schema, self.rows)?).await?;
+            }
+        } else {
+            // Row groups as the table's properties say: in writes of about WRITE_ROWS rows,
+            // never all the rows joined at once.
+            let mut chunk = Vec::new();
+            let mut n = 0;
+            for rows in self.rows {
+                n += rows.num_rows();
+                chunk.push(rows);
+                if n >= WRITE_ROWS {
+                    writer
+                        .write(concat(&self.schema, std::mem::take(&mut chunk))?)
+                        .await?;
+                    n = 0;
+                }
+            }
+            if !chunk.is_empty() {
+                writer.write(concat(&self.schema, chunk)?).await?;
+            }
         }
         if !self.close {
             return Ok(Written {
@@ -527,19 +548,16 @@ impl TableSink {
     pub async fn close(&mut self) -> Result<Option<PendingCommit>> {
         let mut deleted_keys = Vec::new();
         if !self.keys.is_empty() && !self.pending.is_empty() {
-            let all = concat(&self.arrow_schema()?, self.take_pending())?;
-            let deletes: Vec<&dyn Array> = self.deletes.iter().map(|d| d as &dyn Array).collect();
-            let deletes = datafusion::arrow::compute::concat(&deletes)
-                .map_err(|e| Error::Internal(format!("a checkpoint's deletes: {e}")))?;
-            self.deletes.clear();
-            let (upserts, deleted) =
-                upsert::last_per_key_split(&all, deletes.as_boolean(), &self.keys)?;
+            let pending = self.take_pending();
+            let deletes = std::mem::take(&mut self.deletes);
+            let (upserts, deleted) = upsert::last_changes(&pending, &deletes, &self.keys)?;
+            drop(pending);
             if let Some(keys) = deleted {
                 deleted_keys.push(upsert::write_keys(&self.staged, &keys).await?);
             }
-            self.pending_rows = upserts.num_rows();
-            self.pending_bytes = slice_bytes(&upserts);
-            self.pending.push(upserts);
+            self.pending_rows = upserts.iter().map(RecordBatch::num_rows).sum();
+            self.pending_bytes = upserts.iter().map(slice_bytes).sum();
+            self.pending = upserts;
         }
         self.close_writer().await?;
         let files = std::mem::take(&mut self.closed);
