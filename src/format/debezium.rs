@@ -232,4 +232,109 @@ mod tests {
         assert!(change(b"[1]").unwrap_err().contains("JSON object"));
         assert!(change(b"{nope").is_err());
     }
+
+    /// An Avro-decoded envelope batch: `before`/`after` records of (id, name), and `op`.
+    fn envelopes(ops: &[Option<&str>], before: &[Option<i64>], after: &[Option<i64>]) -> Group {
+        use datafusion::arrow::array::{Int64Array, StringArray};
+        use datafusion::arrow::buffer::NullBuffer;
+        use datafusion::arrow::datatypes::{Field, Fields};
+        let fields = Fields::from(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("name", DataType::Utf8, true),
+        ]);
+        let side = |ids: &[Option<i64>], tag: &str| {
+            let names: Vec<Option<String>> =
+                ids.iter().map(|i| i.map(|i| format!("{tag}{i}"))).collect();
+            StructArray::new(
+                fields.clone(),
+                vec![
+                    Arc::new(Int64Array::from(ids.to_vec())),
+                    Arc::new(StringArray::from(names)),
+                ],
+                Some(NullBuffer::from(
+                    ids.iter().map(Option::is_some).collect::<Vec<_>>(),
+                )),
+            )
+        };
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("before", DataType::Struct(fields.clone()), true),
+            Field::new("after", DataType::Struct(fields.clone()), true),
+            Field::new("op", DataType::Utf8, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(side(before, "b")),
+                Arc::new(side(after, "a")),
+                Arc::new(StringArray::from(ops.to_vec())),
+            ],
+        )
+        .unwrap();
+        Group {
+            rows: (10..10 + ops.len()).collect(),
+            batch,
+        }
+    }
+
+    #[test]
+    fn avro_envelopes_become_the_rows_they_change() {
+        let group = envelopes(
+            &[
+                Some("c"),
+                Some("u"),
+                Some("d"),
+                Some("t"),
+                Some("d"),
+                Some("r"),
+            ],
+            &[None, Some(2), Some(3), None, None, None],
+            &[Some(1), Some(2), None, None, None, Some(6)],
+        );
+        let decoded = rows_of_envelopes(Decoded {
+            groups: vec![group],
+            errors: vec![(0, "earlier".into())],
+        })
+        .unwrap();
+        let g = &decoded.groups[0];
+        assert_eq!(
+            g.rows,
+            vec![10, 11, 12, 15],
+            "each row keeps its record's index"
+        );
+        let names: Vec<&str> = g
+            .batch
+            .column(1)
+            .as_string::<i32>()
+            .iter()
+            .flatten()
+            .collect();
+        assert_eq!(
+            names,
+            ["a1", "a2", "b3", "a6"],
+            "after, or before for a delete"
+        );
+        let deletes: Vec<bool> = g.batch.column(2).as_boolean().iter().flatten().collect();
+        assert_eq!(deletes, [false, false, true, false]);
+        let bad: Vec<usize> = decoded.errors.iter().map(|(i, _)| *i).collect();
+        assert_eq!(bad, vec![0, 13, 14]);
+        assert!(decoded.errors[1].1.contains("truncate"));
+        assert!(decoded.errors[2].1.contains("a 'd' event without 'before'"));
+    }
+
+    #[test]
+    fn a_writer_schema_that_is_no_envelope_is_named() {
+        let mut group = envelopes(&[Some("c")], &[None], &[Some(1)]);
+        group.batch = group.batch.project(&[0, 1]).unwrap();
+        let decoded = rows_of_envelopes(Decoded {
+            groups: vec![group],
+            errors: vec![],
+        })
+        .unwrap();
+        assert!(decoded.groups.is_empty());
+        assert!(
+            decoded.errors[0].1.contains("no 'op' field"),
+            "{:?}",
+            decoded.errors
+        );
+    }
 }
