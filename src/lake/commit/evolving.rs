@@ -151,8 +151,14 @@ pub async fn prepare(base: &Table, append: EvolvingAppend) -> Result<Prepared> {
         if files.is_empty() {
             continue;
         }
-        let mut writer =
-            super::snapshot::manifest_writer(&staged, io, (snapshot_id, commit_id), n, spec_id)?;
+        let mut writer = super::snapshot::manifest_writer(
+            &staged,
+            io,
+            (snapshot_id, commit_id),
+            n,
+            spec_id,
+            iceberg::spec::ManifestContentType::Data,
+        )?;
         for f in files {
             // A negative sequence number: the entry inherits the snapshot's (format v2+).
             writer.add_file(f, -1)?;

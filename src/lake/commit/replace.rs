@@ -176,6 +176,7 @@ pub async fn prepare_rewrite(
                 (id, commit_id),
                 cache.next,
                 md.default_partition_spec_id(),
+                ManifestContentType::Data,
             )?;
             cache.next += 1;
             for f in &rewrite.added {
@@ -189,12 +190,13 @@ pub async fn prepare_rewrite(
         // Written for this attempt only: what is carried depends on the table as it is.
         let spec_id = md.default_partition_spec_id();
         let spec = md.default_partition_spec();
-        let mut writer = snapshot::delete_manifest_writer(
+        let mut writer = snapshot::manifest_writer(
             md,
             base.file_io(),
             (id, commit_id),
             cache.next,
             spec_id,
+            ManifestContentType::Deletes,
         )?;
         cache.next += 1;
         for (f, _) in carried {
@@ -257,14 +259,14 @@ async fn rewrite_manifest(
         return Ok(None);
     }
     let ids = (id, commit_id);
-    let mut writer = match file.content {
-        ManifestContentType::Data => {
-            snapshot::manifest_writer(md, base.file_io(), ids, n, file.partition_spec_id)?
-        }
-        ManifestContentType::Deletes => {
-            snapshot::delete_manifest_writer(md, base.file_io(), ids, n, file.partition_spec_id)?
-        }
-    };
+    let mut writer = snapshot::manifest_writer(
+        md,
+        base.file_io(),
+        ids,
+        n,
+        file.partition_spec_id,
+        file.content,
+    )?;
     let mut removed = Vec::new();
     for e in live {
         let (seq, file_seq) = sequence_numbers(e)?;
@@ -311,8 +313,14 @@ pub async fn prepare_manifest_rewrite(
             )
         });
         for chunk in entries.chunks(entries_per_manifest.max(1)) {
-            let mut writer =
-                snapshot::manifest_writer(md, base.file_io(), (id, commit_id), n, spec_id)?;
+            let mut writer = snapshot::manifest_writer(
+                md,
+                base.file_io(),
+                (id, commit_id),
+                n,
+                spec_id,
+                ManifestContentType::Data,
+            )?;
             n += 1;
             for (e, added_by) in chunk {
                 let (seq, file_seq) = sequence_numbers(e)?;

@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use iceberg::spec::{DataFile, Operation, SnapshotSummaryCollector};
+use iceberg::spec::{DataFile, ManifestContentType, Operation, SnapshotSummaryCollector};
 use iceberg::table::Table;
 
 use super::Prepared;
@@ -107,7 +107,14 @@ pub async fn prepare_row_delta(base: &Table, delta: &RowDelta) -> Result<Prepare
                 base.identifier()
             ))
         })?;
-        let mut writer = snapshot::delete_manifest_writer(md, io, (id, commit_id), n, spec_id)?;
+        let mut writer = snapshot::manifest_writer(
+            md,
+            io,
+            (id, commit_id),
+            n,
+            spec_id,
+            ManifestContentType::Deletes,
+        )?;
         n += 1;
         for f in files {
             collector.add_file(f, schema.clone(), spec.clone());
@@ -118,8 +125,14 @@ pub async fn prepare_row_delta(base: &Table, delta: &RowDelta) -> Result<Prepare
     }
     if !delta.added.is_empty() {
         let spec = md.default_partition_spec();
-        let mut writer =
-            snapshot::manifest_writer(md, io, (id, commit_id), n, md.default_partition_spec_id())?;
+        let mut writer = snapshot::manifest_writer(
+            md,
+            io,
+            (id, commit_id),
+            n,
+            md.default_partition_spec_id(),
+            ManifestContentType::Data,
+        )?;
         for f in &delta.added {
             collector.add_file(f, schema.clone(), spec.clone());
             writer.add_file(f.clone(), -1)?;

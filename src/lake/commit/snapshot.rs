@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use iceberg::TableUpdate;
 use iceberg::io::FileIO;
 use iceberg::spec::{
-    DataFileFormat, MAIN_BRANCH, ManifestFile, ManifestListWriter, ManifestWriter,
-    ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention, Summary,
-    TableMetadata,
+    DataFileFormat, MAIN_BRANCH, ManifestContentType, ManifestFile, ManifestListWriter,
+    ManifestWriter, ManifestWriterBuilder, Operation, Snapshot, SnapshotReference,
+    SnapshotRetention, Summary, TableMetadata,
 };
 use iceberg::table::Table;
 
@@ -44,27 +44,22 @@ pub fn manifest_path(md: &TableMetadata, commit_id: uuid::Uuid, n: usize) -> Str
     )
 }
 
-/// A writer of data manifest `n` of commit `commit_id` (snapshot `id`) of a table whose
-/// metadata is `md` (the schema is its current one), for files of partition spec `spec_id`.
+/// A writer of manifest `n` of commit `commit_id` (snapshot `id`) of a table whose
+/// metadata is `md` (the schema is its current one), for data or delete files (`content`)
+/// of partition spec `spec_id`.
 pub fn manifest_writer(
     md: &TableMetadata,
     io: &FileIO,
     ids: (i64, uuid::Uuid),
     n: usize,
     spec_id: i32,
+    content: ManifestContentType,
 ) -> Result<ManifestWriter> {
-    Ok(manifest_builder(md, io, ids, n, spec_id)?.build_v2_data())
-}
-
-/// [`manifest_writer`] for a manifest of delete files.
-pub fn delete_manifest_writer(
-    md: &TableMetadata,
-    io: &FileIO,
-    ids: (i64, uuid::Uuid),
-    n: usize,
-    spec_id: i32,
-) -> Result<ManifestWriter> {
-    Ok(manifest_builder(md, io, ids, n, spec_id)?.build_v2_deletes())
+    let builder = manifest_builder(md, io, ids, n, spec_id)?;
+    Ok(match content {
+        ManifestContentType::Data => builder.build_v2_data(),
+        ManifestContentType::Deletes => builder.build_v2_deletes(),
+    })
 }
 
 fn manifest_builder(
