@@ -419,3 +419,21 @@ class MetricsJob:
             self.proc.kill()
             self.proc.wait()
 
+
+def paused_before_commit(floe_bin: Path, lake: "SqlLake", workdir: Path, sql: str) -> subprocess.Popen:
+    """floe running `sql` (after `lake`'s DDL) with FLOE_PAUSE: returned once it has
+    stopped for 3 s before its commit (a maintenance procedure's or a DML statement's)."""
+    proc = subprocess.Popen(
+        [str(floe_bin), "-q", "--format", "ndjson", "-c", lake.ddl(), "-c", sql],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "FLOE_PAUSE": "maintenance-commit:3000"},
+    )
+    seen = []
+    while not seen or "paused at maintenance-commit" not in seen[-1]:
+        line = proc.stderr.readline()
+        assert line, f"floe did not pause before its commit: {seen}"
+        seen.append(line)
+    return proc

@@ -5,14 +5,12 @@ in; and the races of a statement changing rows with a compaction of the same fil
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from conftest import SqlLake, run_floe_in
+from conftest import SqlLake, paused_before_commit, run_floe_in
 
 KEYS = 2_000
 
@@ -185,30 +183,12 @@ def test_compaction_folds_position_deletes_in(
     assert summary["total-delete-files"] == "0", summary
 
 
-def paused(floe_bin: Path, lake: SqlLake, workdir: Path, sql: str) -> subprocess.Popen:
-    """floe running `sql`, stopped for 3 s before its commit."""
-    proc = subprocess.Popen(
-        [str(floe_bin), "-q", "--format", "ndjson", "-c", lake.ddl(), "-c", sql],
-        cwd=workdir,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "FLOE_PAUSE": "maintenance-commit:3000"},
-    )
-    seen = []
-    while not seen or "paused at maintenance-commit" not in seen[-1]:
-        line = proc.stderr.readline()
-        assert line, f"floe did not pause before its commit: {seen}"
-        seen.append(line)
-    return proc
-
-
 def test_a_compaction_racing_a_delete_carries_it_over_by_key(
     floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
 ):
     workdir = tmp_path / "work"
     model = customers(floe_bin, lake, workdir)
-    rewrite = paused(
+    rewrite = paused_before_commit(
         floe_bin, lake, workdir,
         "CALL lake.system.rewrite_data_files(table => 'shop.customers', min_input_files => 2)",
     )
@@ -246,7 +226,7 @@ def test_a_compaction_racing_a_delete_of_a_table_without_a_key_gives_up(
         "CREATE TABLE lake.shop.t (id BIGINT, v STRING)",
         *[f"INSERT INTO lake.shop.t VALUES ({i}, 'a'), ({i + 100}, 'b')" for i in range(5)],
     )
-    rewrite = paused(
+    rewrite = paused_before_commit(
         floe_bin, lake, workdir,
         "CALL lake.system.rewrite_data_files(table => 'shop.t', min_input_files => 2)",
     )
@@ -267,7 +247,7 @@ def test_a_delete_racing_a_compaction_runs_again(
 ):
     workdir = tmp_path / "work"
     model = customers(floe_bin, lake, workdir)
-    delete = paused(
+    delete = paused_before_commit(
         floe_bin, lake, workdir, "DELETE FROM lake.shop.customers WHERE id % 100 = 0"
     )
     # The compaction replaces every file whose rows the DELETE found, first.

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from conftest import SqlLake, run_floe_in
+from conftest import SqlLake, paused_before_commit, run_floe_in
 from test_routing import check_tables, kill_runs, run_script, run_to_end, write_job
 
 ORDERS = """
@@ -203,21 +203,10 @@ def test_a_rewrite_racing_pyiceberg_appends_loses_no_rows(
     catalog = lake.pyiceberg()
     # The rewrite pauses before its commit; pyiceberg appends meanwhile, so floe's first
     # commit loses and it prepares again on the table with the appends.
-    env = {**os.environ, "FLOE_PAUSE": "maintenance-commit:3000"}
-    proc = subprocess.Popen(
-        [str(floe_bin), "-q", "--format", "ndjson", "-c", lake.ddl(), "-c",
-         "CALL lake.system.rewrite_data_files(table => 'shop.t', min_input_files => 2)"],
-        cwd=workdir,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
+    proc = paused_before_commit(
+        floe_bin, lake, workdir,
+        "CALL lake.system.rewrite_data_files(table => 'shop.t', min_input_files => 2)",
     )
-    seen = []
-    while not seen or "paused at maintenance-commit" not in seen[-1]:
-        line = proc.stderr.readline()
-        assert line, f"floe did not pause before its commit: {seen}"
-        seen.append(line)
     appended = []
     for i in range(101, 106):
         table = catalog.load_table("shop.t")
@@ -564,16 +553,7 @@ def test_a_rewrite_whose_files_another_rewrite_replaced_gives_up_cleanly(
 ):
     workdir = small_files_table(floe_bin, lake, tmp_path, 10)
     rewrite = "CALL lake.system.rewrite_data_files(table => 'shop.t', min_input_files => 2)"
-    paused = subprocess.Popen(
-        [str(floe_bin), "-q", "--format", "ndjson", "-c", lake.ddl(), "-c", rewrite],
-        cwd=workdir,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "FLOE_PAUSE": "maintenance-commit:3000"},
-    )
-    line = paused.stderr.readline()
-    assert "paused at maintenance-commit" in line, line
+    paused = paused_before_commit(floe_bin, lake, workdir, rewrite)
     # Another rewrite of the same files commits first.
     first = call(floe_bin, lake, workdir, rewrite)
     assert first["rewritten_data_files_count"] == 10, first
