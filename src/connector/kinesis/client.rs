@@ -216,27 +216,6 @@ where
     };
     Failure {
         kind,
-        message: describe(&e),
+        message: crate::connector::aws::describe(&e),
     }
-}
-
-/// `Code: message` for an error the service sent, else the chain of causes.
-fn describe<E>(e: &SdkError<E>) -> String
-where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
-{
-    if let Some(code) = e.code() {
-        return format!("{code}: {}", e.message().unwrap_or("(no message)"));
-    }
-    let mut out = e.to_string();
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        let text = c.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        cause = c.source();
-    }
-    out
 }

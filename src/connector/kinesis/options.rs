@@ -87,7 +87,7 @@ impl KinesisOptions {
                 "'aws.endpoint' must be an http:// or https:// URL, got '{e}'"
             )));
         }
-        let credentials = credentials(options)?;
+        let credentials = StaticCredentials::from_options(options, "aws.")?;
         let format = options.require_str("format")?;
         let decoder =
             Decoder::try_new(&format, options, data_schema(schema, &metadata_columns())?)?;
@@ -155,26 +155,6 @@ impl KinesisOptions {
             (None, None) => "the AWS region of the environment".to_string(),
         };
         format!("Kinesis stream '{}' at {at}", self.stream)
-    }
-}
-
-fn credentials(options: &mut Options) -> Result<Option<StaticCredentials>> {
-    let key = options.take_str("aws.access-key-id");
-    let secret = options.take_str("aws.secret-access-key");
-    let token = options.take_str("aws.session-token");
-    match (key, secret) {
-        (Some(access_key_id), Some(secret_access_key)) => Ok(Some(StaticCredentials {
-            access_key_id,
-            secret_access_key,
-            session_token: token,
-        })),
-        (None, None) if token.is_none() => Ok(None),
-        _ => Err(Error::Option(
-            "give 'aws.access-key-id' and 'aws.secret-access-key' together (and \
-             'aws.session-token' only with them), or none of them to use the AWS credential \
-             chain (environment, profile, ...)"
-                .to_string(),
-        )),
     }
 }
 
