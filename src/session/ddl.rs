@@ -94,18 +94,32 @@ impl Session {
             return self.run_text(&s.to_string()).await;
         }
         let cat = self.iceberg(&catalog)?;
+        let exists = || {
+            Error::AlreadyExists(format!(
+                "namespace '{catalog}.{}' exists already",
+                ns.to_url_string()
+            ))
+        };
         if cat.namespace_exists(&ns).await? {
             if s.if_not_exists {
                 return Ok(Output::Done("CREATE SCHEMA".into()));
             }
-            return Err(Error::AlreadyExists(format!(
-                "namespace '{catalog}.{}' exists already",
-                ns.to_url_string()
-            )));
+            return Err(exists());
         }
-        cat.create_namespace(&ns, s.options.into_iter().collect())
-            .await?;
-        Ok(Output::Done("CREATE SCHEMA".into()))
+        // Another session may create it meanwhile (two scripts starting at once).
+        match cat
+            .create_namespace(&ns, s.options.into_iter().collect())
+            .await
+        {
+            Ok(_) => Ok(Output::Done("CREATE SCHEMA".into())),
+            Err(e) if e.kind() == iceberg::ErrorKind::NamespaceAlreadyExists => {
+                match s.if_not_exists {
+                    true => Ok(Output::Done("CREATE SCHEMA".into())),
+                    false => Err(exists()),
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     pub(super) async fn drop_schema(&self, s: DropSchema) -> Result<Output> {
@@ -233,7 +247,17 @@ impl Session {
             .format_version(format_version)
             .location_opt(location)
             .build();
-        cat.create_table(&name.namespace, creation).await?;
+        match cat.create_table(&name.namespace, creation).await {
+            Ok(_) => {}
+            // Created by another session meanwhile.
+            Err(e) if e.kind() == iceberg::ErrorKind::TableAlreadyExists => {
+                return match s.if_not_exists {
+                    true => Ok(Output::Done("CREATE TABLE".into())),
+                    false => Err(Error::AlreadyExists(format!("table {name} exists already"))),
+                };
+            }
+            Err(e) => return Err(e.into()),
+        }
         if let Some(q) = s.query {
             let insert = format!("INSERT INTO {} {q}", s.name);
             if let Err(e) = self.run_text(&insert).await {
