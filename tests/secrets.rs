@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Every secret the statements below carry; none may be seen anywhere.
-const SECRETS: [&str; 14] = [
+const SECRETS: [&str; 16] = [
     "PgPass1",
     "PgPass2",
     "RestCred3",
@@ -26,6 +26,8 @@ const SECRETS: [&str; 14] = [
     "AwsSecret12",
     "AwsToken13",
     "BadPass14",
+    "GlueSecret15",
+    "GlueToken16",
 ];
 
 fn statements(dir: &Path) -> Vec<String> {
@@ -43,6 +45,10 @@ fn statements(dir: &Path) -> Vec<String> {
         "CREATE CATALOG r WITH ('type' = 'iceberg', 'catalog-type' = 'rest', \
          'uri' = 'http://127.0.0.1:1', 'credential' = 'id:RestCred3', 'token' = 'RestTok4', \
          'header.X-Api-Key' = 'HeaderKey5', 'rest.request-timeout' = '2s');",
+        "CREATE CATALOG g WITH ('type' = 'iceberg', 'catalog-type' = 'glue', \
+         'warehouse' = 's3://b/w', 'glue.region' = 'us-east-1', 'glue.endpoint' = 'http://127.0.0.1:1', \
+         'glue.access-key-id' = 'AKID', 'glue.secret-access-key' = 'GlueSecret15', \
+         'glue.session-token' = 'GlueToken16');",
         &lake,
         "SHOW CATALOGS;",
         "CREATE SOURCE k WITH ('connector' = 'kafka', 'topic' = 't', \

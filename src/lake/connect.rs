@@ -1,4 +1,4 @@
-//! Opening Iceberg catalogs (SQL on SQLite or PostgreSQL, REST, in memory) from a
+//! Opening Iceberg catalogs (SQL on SQLite or PostgreSQL, REST, AWS Glue, in memory) from a
 //! [`CatalogConfig`], which `CREATE CATALOG` reads from its options.
 //!
 //! Relative local paths are resolved against the working directory and stored as absolute
@@ -18,6 +18,7 @@ use iceberg_catalog_sql::{SqlBindStyle, SqlCatalogBuilder};
 use iceberg_storage_opendal::OpenDalStorageFactory;
 
 use super::commit::{Committer, RestCommitter, SqlCommitter};
+use super::glue::{GlueCatalog, GlueOptions};
 use crate::error::{Error, Result};
 use crate::secret::{self, MASK, is_secret};
 
@@ -26,7 +27,7 @@ use crate::secret::{self, MASK, is_secret};
 pub struct CatalogHandle {
     /// The name it is known by in SQL.
     pub name: String,
-    /// `sql`, `rest` or `memory`.
+    /// `sql`, `rest`, `glue` or `memory`.
     pub kind: String,
     /// The Iceberg catalog.
     pub catalog: Arc<dyn Catalog>,
@@ -85,6 +86,8 @@ pub enum CatalogKind {
         props: BTreeMap<String, String>,
         timeouts: RestTimeouts,
     },
+    /// The AWS Glue Data Catalog.
+    Glue(GlueOptions),
     /// An in-memory catalog (tables vanish with the process); files under `warehouse`.
     Memory { warehouse: Option<String> },
 }
@@ -126,6 +129,7 @@ impl std::fmt::Debug for CatalogKind {
                     .field("timeouts", timeouts)
                     .finish()
             }
+            CatalogKind::Glue(options) => options.fmt(f),
             CatalogKind::Memory { warehouse } => f
                 .debug_struct("Memory")
                 .field("warehouse", warehouse)
@@ -135,11 +139,12 @@ impl std::fmt::Debug for CatalogKind {
 }
 
 impl CatalogKind {
-    /// `sql`, `rest` or `memory`.
+    /// `sql`, `rest`, `glue` or `memory`.
     pub fn name(&self) -> &'static str {
         match self {
             CatalogKind::Sql { .. } => "sql",
             CatalogKind::Rest { .. } => "rest",
+            CatalogKind::Glue(_) => "glue",
             CatalogKind::Memory { .. } => "memory",
         }
     }
@@ -227,6 +232,33 @@ pub async fn connect(name: &str, config: CatalogConfig) -> Result<CatalogHandle>
             committer = Some(Arc::new(Committer::Rest(
                 RestCommitter::connect(&props, timeouts).await?,
             )));
+            Arc::new(catalog)
+        }
+        CatalogKind::Glue(options) => {
+            let warehouse = warehouse_uri(&options.warehouse)?;
+            let catalog = GlueCatalog::connect(
+                &options,
+                warehouse.clone(),
+                storage_for(&warehouse),
+                props.clone(),
+            )
+            .await?;
+            committer = Some(Arc::new(Committer::Glue(catalog.committer())));
+            props.insert("warehouse".into(), warehouse);
+            let given = [
+                ("glue.region", &options.region),
+                ("glue.endpoint", &options.endpoint),
+                ("glue.catalog-id", &options.catalog_id),
+            ];
+            for (k, v) in given {
+                if let Some(v) = v {
+                    props.insert(k.into(), v.clone());
+                }
+            }
+            if let Some(c) = &options.credentials {
+                props.insert("glue.access-key-id".into(), c.access_key_id.clone());
+                props.insert("glue.secret-access-key".into(), MASK.into());
+            }
             Arc::new(catalog)
         }
         CatalogKind::Memory { warehouse } => {

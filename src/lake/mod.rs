@@ -8,6 +8,7 @@ pub mod commit;
 pub mod connect;
 pub mod dead_letter;
 pub mod deletes;
+pub mod glue;
 pub mod key_index;
 pub mod maintenance;
 pub mod read;

@@ -14,7 +14,9 @@ use super::columns::schema_from_columns;
 use super::{Output, Session, string_rows, unregister};
 use crate::catalog::LakeCatalogProvider;
 use crate::catalog::jobs::JOBS_SCHEMA;
+use crate::connector::aws::StaticCredentials;
 use crate::error::{Error, Result};
+use crate::lake::glue::GlueOptions;
 use crate::lake::{CatalogConfig, CatalogKind, RestTimeouts, connect, table_exists};
 use crate::schema::partition::partition_spec;
 use crate::schema::{iceberg_schema, type_name};
@@ -381,11 +383,14 @@ impl Session {
 ///
 /// ```text
 /// 'type'          = 'iceberg'                   (required)
-/// 'catalog-type'  = 'sql' | 'rest' | 'memory'   (default 'sql')
+/// 'catalog-type'  = 'sql' | 'rest' | 'glue' | 'memory'   (default 'sql')
 /// sql:    'uri' = 'sqlite:path/catalog.db' | 'postgres://...', 'warehouse' = path or URI,
 ///         'pool.max-connections'
 /// rest:   'uri', 'warehouse', 'credential' (OAuth2 id:secret), 'token', 'oauth2-server-uri',
 ///         'scope', 'prefix', 'header.*' (HTTP headers)
+/// glue:   'warehouse' (s3://bucket/path), 'glue.region', 'glue.endpoint', 'glue.catalog-id',
+///         'glue.access-key-id' + 'glue.secret-access-key' (+ 'glue.session-token'); what is
+///         not given comes from the AWS chain (environment, profile, ...)
 /// memory: 'warehouse' (default: a folder under the system temp dir)
 /// all:    's3.*' storage options (endpoint, region, access-key-id, secret-access-key,
 ///         path-style-access, ...), passed to the file IO
@@ -400,7 +405,7 @@ fn catalog_config(mut options: Options) -> Result<CatalogConfig> {
     // Every other option is read before any is found missing: a misspelled key is named as
     // unknown together with the key it misspells.
     let kind = options
-        .take_choice("catalog-type", &["sql", "rest", "memory"])?
+        .take_choice("catalog-type", &["sql", "rest", "glue", "memory"])?
         .unwrap_or("sql");
     let storage = options
         .take_prefixed("s3.")
@@ -450,6 +455,21 @@ fn catalog_config(mut options: Options) -> Result<CatalogConfig> {
             options.finish()?;
             props.insert("uri".to_string(), uri.unwrap_or_default());
             CatalogKind::Rest { props, timeouts }
+        }
+        "glue" => {
+            let warehouse = options.take_required("warehouse");
+            let region = options.take_str("glue.region");
+            let endpoint = options.take_str("glue.endpoint");
+            let catalog_id = options.take_str("glue.catalog-id");
+            let credentials = StaticCredentials::from_options(&mut options, "glue.")?;
+            options.finish()?;
+            CatalogKind::Glue(GlueOptions {
+                warehouse: warehouse.unwrap_or_default(),
+                region,
+                endpoint,
+                catalog_id,
+                credentials,
+            })
         }
         _ => {
             let warehouse = options.take_str("warehouse");

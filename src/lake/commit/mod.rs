@@ -6,7 +6,8 @@
 //!                                            snapshot, schema/spec updates  (nothing visible)
 //!                                               │
 //!                                   Committer ──┼─ sql:  compare-and-set of the metadata location
-//!                                               └─ rest: POST updates + requirements
+//!                                               ├─ rest: POST updates + requirements
+//!                                               └─ glue: UpdateTable on the table's VersionId
 //!                                   (a conflict is retryable: reload, merge, prepare again)
 //! ```
 //!
@@ -15,6 +16,7 @@
 
 pub mod append;
 pub mod evolving;
+pub mod glue;
 pub mod replace;
 pub mod rest;
 pub mod row_delta;
@@ -23,10 +25,14 @@ pub mod sql;
 
 pub use append::{append, without_retries};
 pub use evolving::{EvolvingAppend, Prepared, prepare, staged};
+pub use glue::GlueCommitter;
 pub use rest::RestCommitter;
 pub use sql::SqlCommitter;
 
-use iceberg::spec::TableMetadataRef;
+use std::str::FromStr;
+
+use iceberg::MetadataLocation;
+use iceberg::spec::{TableMetadata, TableMetadataRef};
 use iceberg::table::Table;
 
 use crate::error::Result;
@@ -48,11 +54,31 @@ pub fn table_like(
     Ok(builder.build()?)
 }
 
+/// Write `metadata` as the next version of `base`'s metadata file and return its location;
+/// nothing is visible until a committer makes that location the table's.
+pub async fn write_next_metadata(base: &Table, metadata: &TableMetadata) -> Result<String> {
+    let base_location = base.metadata_location_result()?;
+    let location = MetadataLocation::from_str(base_location)?.with_next_version();
+    if crate::failpoint::fires(crate::failpoint::IN_METADATA_WRITE) {
+        let json = serde_json::to_vec(metadata)
+            .map_err(|e| crate::error::Error::Internal(format!("encoding table metadata: {e}")))?;
+        let torn = bytes::Bytes::copy_from_slice(&json[..json.len() / 2]);
+        base.file_io()
+            .new_output(location.to_string())?
+            .write(torn)
+            .await?;
+        crate::failpoint::crash();
+    }
+    metadata.write_to(base.file_io(), &location).await?;
+    Ok(location.to_string())
+}
+
 /// floe's commit path to a catalog, by catalog type.
 #[derive(Debug)]
 pub enum Committer {
     Sql(SqlCommitter),
     Rest(RestCommitter),
+    Glue(std::sync::Arc<GlueCommitter>),
 }
 
 impl Committer {
@@ -62,6 +88,7 @@ impl Committer {
         match self {
             Committer::Sql(c) => c.commit(base, prepared.metadata).await,
             Committer::Rest(c) => c.commit(base, prepared.updates).await,
+            Committer::Glue(c) => c.commit(base, prepared.metadata).await,
         }
     }
 }

@@ -10,15 +10,11 @@
 //! A crash before the compare-and-set leaves the table as it was (the new metadata file is
 //! an orphan), so a schema is never visible without the snapshot that uses it.
 
-use std::str::FromStr;
-
-use iceberg::MetadataLocation;
 use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 use sqlx::AnyPool;
 
 use crate::error::{Error, Result};
-use crate::failpoint;
 
 /// Commits to an Iceberg SQL catalog by compare-and-set on its `iceberg_tables` row.
 #[derive(Debug, Clone)]
@@ -48,19 +44,7 @@ impl SqlCommitter {
     /// is no longer current (a retryable conflict).
     pub async fn commit(&self, base: &Table, metadata: TableMetadata) -> Result<Table> {
         let base_location = base.metadata_location_result()?.to_string();
-        let location = MetadataLocation::from_str(&base_location)?.with_next_version();
-        if failpoint::fires(failpoint::IN_METADATA_WRITE) {
-            let json = serde_json::to_vec(&metadata)
-                .map_err(|e| Error::Internal(format!("encoding table metadata: {e}")))?;
-            let torn = bytes::Bytes::copy_from_slice(&json[..json.len() / 2]);
-            base.file_io()
-                .new_output(location.to_string())?
-                .write(torn)
-                .await?;
-            failpoint::crash();
-        }
-        metadata.write_to(base.file_io(), &location).await?;
-        let location = location.to_string();
+        let location = super::write_next_metadata(base, &metadata).await?;
         let ident = base.identifier();
         let p = |i: usize| {
             if self.dollar_params {
