@@ -741,20 +741,22 @@ registry_start() {
 
 registry_stop() { stop_by_pidfile "schema registry fixture" "$REGISTRY_PIDFILE" schema-registry.py; }
 
-# ---------------------------------------------------------------- moto (AWS Glue Schema Registry)
+# ---------------------------------------------------------------- moto (AWS Glue)
 # moto serves the Glue Schema Registry API (CreateRegistry, CreateSchema, RegisterSchemaVersion,
-# GetSchemaVersion) for the 'avro-glue' format's tests, in memory.
+# GetSchemaVersion) for the 'avro-glue' format's tests and the Glue Data Catalog for the 'glue'
+# catalog's, in memory; scripts/moto-server.py makes its UpdateTable honour VersionId, as AWS's.
 
 MOTO_PORT="${FLOE_MOTO_PORT:-5000}"
 MOTO_URI="http://$BIND_IP:$MOTO_PORT"
 MOTO_PIDFILE="$FLOE_TEST_HOME/moto.pid"
 MOTO_LOGFILE="$FLOE_TEST_HOME/moto.log"
+MOTO_SCRIPT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/moto-server.py"
 
 moto_answers() { curl -s --max-time 2 -o /dev/null -w '%{http_code}' "$MOTO_URI/moto-api/" 2>/dev/null | grep -q '^200$'; }
 
 moto_start() {
   local pid
-  if pid="$(pid_from_file "$MOTO_PIDFILE" moto_server)" && moto_answers; then
+  if pid="$(pid_from_file "$MOTO_PIDFILE" moto-server.py)" && moto_answers; then
     log "moto already running (pid $pid): $MOTO_URI"
     return
   fi
@@ -764,10 +766,10 @@ moto_start() {
   fi
   [[ -x "$VENV/bin/moto_server" ]] || die "moto not installed; run: scripts/test-env.sh install"
   launch_and_wait moto "$MOTO_URI" "$MOTO_PIDFILE" "$MOTO_LOGFILE" moto_answers moto_stop \
-    -- "$VENV/bin/moto_server" -H "$BIND_IP" -p "$MOTO_PORT"
+    -- "$VENV_PY" "$MOTO_SCRIPT" -H "$BIND_IP" -p "$MOTO_PORT"
 }
 
-moto_stop() { stop_by_pidfile moto "$MOTO_PIDFILE" moto_server; }
+moto_stop() { stop_by_pidfile moto "$MOTO_PIDFILE" moto-server.py; }
 
 cmd_env() {
   printf 'export FLOE_TEST_HOME=%q\n' "$FLOE_TEST_HOME"
