@@ -346,7 +346,7 @@ impl Session {
         let committer = self.committer(&name.catalog).ok_or_else(|| {
             Error::Unsupported(format!(
                 "changing rows of tables of catalog {}: floe writes position deletes through \
-                 its own commit path, which sql and rest catalogs have",
+                 its own commit path, which sql, rest and glue catalogs have",
                 name.catalog
             ))
         })?;

@@ -76,7 +76,7 @@ impl Session {
                 return Err(Error::Unsupported(format!(
                     "a continuous INSERT into table {ident}, which has a primary key, in \
                      catalog {catalog_name}: it deletes the rows it replaces through floe's own \
-                     commit path, which sql and rest catalogs have"
+                     commit path, which sql, rest and glue catalogs have"
                 )));
             }
             if md.format_version() != iceberg::spec::FormatVersion::V2 {
@@ -149,7 +149,7 @@ impl Session {
         if policy.is_some() && target.committer.is_none() {
             return Err(Error::Unsupported(format!(
                 "maintenance in a job writing catalog {}: it commits through floe's own path, \
-                 which sql and rest catalogs have",
+                 which sql, rest and glue catalogs have",
                 target.catalog_name
             )));
         }

@@ -315,7 +315,7 @@ impl Session {
         let committer = self.committer(catalog).ok_or_else(|| {
             Error::Unsupported(format!(
                 "maintenance procedures on catalog {catalog}: they commit through floe's own \
-                 path, which sql and rest catalogs have"
+                 path, which sql, rest and glue catalogs have"
             ))
         })?;
         Ok(Maintained {
