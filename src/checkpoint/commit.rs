@@ -22,7 +22,7 @@ use super::state::{CheckpointRecord, DeadLetterTarget, PendingCommit};
 use crate::connector::Offsets;
 use crate::error::{Error, Reject, Result};
 use crate::failpoint;
-use crate::lake::commit::row_delta::{RowDelta, prepare_row_delta};
+use crate::lake::commit::row_delta::{RowDelta, prepare_evolving_row_delta};
 use crate::lake::commit::{self, Committer, EvolvingAppend, prepare, staged};
 use crate::lake::dead_letter::{DeadLetter, batch, ensure_table, row_json};
 use crate::lake::upsert;
@@ -272,18 +272,15 @@ async fn commit_upsert(
     let Some(committer) = committer else {
         return Err(Error::Unsupported(format!(
             "keeping one row per key in table {ident}: floe writes position deletes through \
-             its own commit path, which sql and rest catalogs have"
+             its own commit path, which sql, rest and glue catalogs have"
         )));
     };
     let md = table.metadata();
-    if change.schema.is_some() || change.spec.is_some() {
-        return Err(Error::Unsupported(format!(
-            "evolving the schema or partitioning of table {ident}, which has a primary key"
-        )));
-    }
+    // The files are written with the checkpoint's schema and spec, which the commit adds.
+    let stage = staged(table, change.schema.clone(), change.spec.clone())?;
     let mut added = Vec::new();
     for (spec_id, files) in change.files {
-        if spec_id != md.default_partition_spec_id() {
+        if spec_id != stage.metadata().default_partition_spec_id() {
             return Err(Error::Restart(format!(
                 "table {ident}'s partitioning changed while the job wrote rows to it"
             )));
@@ -313,10 +310,11 @@ async fn commit_upsert(
         summary,
         properties: change.properties,
     };
-    let committed = match prepare_row_delta(table, &delta).await {
-        Ok(prepared) => committer.commit(table, prepared).await,
-        Err(e) => Err(e),
-    };
+    let committed =
+        match prepare_evolving_row_delta(table, &delta, change.schema, change.spec).await {
+            Ok(prepared) => committer.commit(table, prepared).await,
+            Err(e) => Err(e),
+        };
     match &committed {
         Ok(t) => upsert::committed(t, update, t.metadata().current_snapshot_id()).await,
         Err(_) => upsert::discard(table, &delta.deletes).await,

@@ -53,7 +53,10 @@ pub fn staged(
     super::table_like(base, metadata, base.metadata_location())
 }
 
-fn schema_updates(schema: Option<Schema>, spec: Option<UnboundPartitionSpec>) -> Vec<TableUpdate> {
+pub fn schema_updates(
+    schema: Option<Schema>,
+    spec: Option<UnboundPartitionSpec>,
+) -> Vec<TableUpdate> {
     let mut updates = Vec::new();
     if let Some(schema) = schema {
         updates.push(TableUpdate::AddSchema { schema });

@@ -6,6 +6,7 @@
 //! + a delete manifest per partition spec of the delete files
 //! + a data manifest of the added files
 //! -> manifest list -> `delete` (deletes only), `append` (rows only) or `overwrite` snapshot
+//!    (with a schema and spec change first, for a keyed table's evolved rows)
 //! -> Prepared
 //! ```
 //!
@@ -17,7 +18,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use iceberg::spec::{DataFile, ManifestContentType, Operation, SnapshotSummaryCollector};
+use iceberg::spec::{
+    DataFile, ManifestContentType, Operation, Schema, SnapshotSummaryCollector,
+    UnboundPartitionSpec,
+};
 use iceberg::table::Table;
 
 use super::Prepared;
@@ -76,6 +80,24 @@ pub fn only_appends_since(base: &Table, read: Option<i64>) -> Result<()> {
             format!("snapshot {id}, which this statement read, is no longer in its history"),
         )),
     }
+}
+
+/// [`prepare_row_delta`] with a schema and partition-spec change in the same snapshot (the
+/// added files written for the table with them: a keyed table whose rows evolved).
+pub async fn prepare_evolving_row_delta(
+    base: &Table,
+    delta: &RowDelta,
+    schema: Option<Schema>,
+    spec: Option<UnboundPartitionSpec>,
+) -> Result<Prepared> {
+    let mut updates = super::evolving::schema_updates(schema.clone(), spec.clone());
+    if updates.is_empty() {
+        return prepare_row_delta(base, delta).await;
+    }
+    let stage = super::staged(base, schema, spec)?;
+    let prepared = prepare_row_delta(&stage, delta).await?;
+    updates.extend(prepared.updates);
+    Prepared::of(base, updates)
 }
 
 /// The snapshot applying `delta` on top of `base`, written but not committed.
