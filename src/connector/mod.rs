@@ -23,7 +23,7 @@ use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 
 use crate::error::{Error, Reject, Result};
 use crate::format::Decoded;
-use crate::schema::changes::{CHANGE_COLUMN, with_changes};
+use crate::schema::changes::{is_change_column, split_changes, with_change_columns};
 use crate::sql::Options;
 
 /// How far a reader got, per partition: the position to resume from, in the connector's
@@ -355,7 +355,7 @@ pub fn source_rows(
             let fields = data_schema
                 .fields()
                 .iter()
-                .filter(|f| f.name() != CHANGE_COLUMN)
+                .filter(|f| !is_change_column(f.name()))
                 .chain(schema.fields())
                 .cloned();
             Arc::new(Schema::new(fields.collect::<Vec<_>>()))
@@ -376,8 +376,8 @@ pub fn source_rows(
         let options = RecordBatchOptions::new().with_row_count(Some(data.num_rows()));
         let rows = RecordBatch::try_new_with_options(schema, columns, &options)
             .map_err(|e| Error::Internal(format!("source batch: {e}")))?;
-        out.push(match data.column_by_name(CHANGE_COLUMN) {
-            Some(deletes) => with_changes(&rows, deletes.clone())?,
+        out.push(match split_changes(data.clone())?.1 {
+            Some(changes) => with_change_columns(&rows, &changes)?,
             None => rows,
         });
     }

@@ -25,10 +25,42 @@ use crate::schema::changes::with_changes;
 /// What one Debezium record says.
 #[derive(Debug, PartialEq)]
 pub enum Change {
-    /// The row (a JSON object), and whether the change deletes it.
-    Row { json: Vec<u8>, delete: bool },
+    /// The row (a JSON object), whether the change deletes it, whether it changes a row
+    /// that was there before (an update or a delete: only a key can say which), and the
+    /// source table it is a row of (`source.table`), if the event says.
+    Row {
+        json: Vec<u8>,
+        delete: bool,
+        existing: bool,
+        table: Option<String>,
+    },
     /// Nothing to apply: a tombstone.
     Skip,
+}
+
+/// The names of the key columns a Debezium message key holds (`{"id": 1}`, or wrapped as
+/// `{"schema": ..., "payload": {...}}` by Kafka Connect's JsonConverter), joined by `,`;
+/// `None` for a null key (a source table without a primary key).
+pub fn key_names(key: &[u8]) -> std::result::Result<Option<String>, String> {
+    let text = std::str::from_utf8(key).map_err(|_| "the message key is not UTF-8 JSON")?;
+    if text.trim().is_empty() || text.trim() == "null" {
+        return Ok(None);
+    }
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| format!("the message key is not JSON ({e})"))?;
+    let value = match value {
+        Value::Object(mut o) if o.contains_key("payload") && o.contains_key("schema") => {
+            o.remove("payload").unwrap_or(Value::Null)
+        }
+        other => other,
+    };
+    match value {
+        Value::Null => Ok(None),
+        Value::Object(o) if !o.is_empty() => {
+            Ok(Some(o.keys().cloned().collect::<Vec<_>>().join(",")))
+        }
+        _ => Err("the message key is not a JSON object of the key columns".into()),
+    }
 }
 
 /// The change `record` holds, or why it holds none floe applies.
@@ -69,10 +101,17 @@ pub fn change(record: &[u8]) -> std::result::Result<Change, String> {
             ));
         }
     };
+    let table = event
+        .get("source")
+        .and_then(|s| s.get("table"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
     match event.remove(side) {
         Some(row @ Value::Object(_)) => Ok(Change::Row {
             json: serde_json::to_vec(&row).map_err(|e| e.to_string())?,
             delete,
+            existing: matches!(op.as_str(), "u" | "d"),
+            table,
         }),
         _ => Err(format!(
             "a '{op}' event without '{side}' (a delete needs the key in 'before': the table's \
@@ -187,11 +226,42 @@ fn rows_of(group: Group) -> Result<(Option<Group>, Errors)> {
 mod tests {
     use super::*;
 
-    fn row(json: &str, delete: bool) -> Change {
-        Change::Row {
-            json: json.as_bytes().to_vec(),
-            delete,
+    fn row(json: &str, delete: bool) -> (String, bool) {
+        (json.to_string(), delete)
+    }
+
+    /// A change's row and whether it deletes.
+    fn change(record: &[u8]) -> std::result::Result<(String, bool), String> {
+        match super::change(record)? {
+            Change::Row { json, delete, .. } => Ok((String::from_utf8(json).unwrap(), delete)),
+            Change::Skip => Err("skipped".into()),
         }
+    }
+
+    #[test]
+    fn events_name_their_source_table_and_keys_their_columns() {
+        let u = br#"{"before": {"id": 1}, "after": {"id": 1}, "op": "u",
+                     "source": {"db": "inventory", "table": "customers"}}"#;
+        let Change::Row {
+            existing, table, ..
+        } = super::change(u).unwrap()
+        else {
+            panic!("a row")
+        };
+        assert!(existing);
+        assert_eq!(table.as_deref(), Some("customers"));
+        let Change::Row {
+            existing, table, ..
+        } = super::change(br#"{"after": {"id": 1}, "op": "r"}"#).unwrap()
+        else {
+            panic!("a row")
+        };
+        assert!(!existing && table.is_none());
+        assert_eq!(key_names(br#"{"id": 1}"#).unwrap().as_deref(), Some("id"));
+        let wrapped = br#"{"schema": {}, "payload": {"a": 1, "b": "x"}}"#;
+        assert_eq!(key_names(wrapped).unwrap().as_deref(), Some("a,b"));
+        assert_eq!(key_names(b"null").unwrap(), None);
+        assert!(key_names(b"7").unwrap_err().contains("not a JSON object"));
     }
 
     #[test]
@@ -211,8 +281,8 @@ mod tests {
 
     #[test]
     fn tombstones_are_skipped_and_the_rest_named() {
-        assert_eq!(change(b"").unwrap(), Change::Skip);
-        assert_eq!(change(b"null").unwrap(), Change::Skip);
+        assert_eq!(super::change(b"").unwrap(), Change::Skip);
+        assert_eq!(super::change(b"null").unwrap(), Change::Skip);
         assert!(change(br#"{"op": "t"}"#).unwrap_err().contains("truncate"));
         assert!(
             change(br#"{"op": "m"}"#)

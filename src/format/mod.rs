@@ -26,7 +26,9 @@ use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 
 use crate::error::{Error, Result};
-use crate::schema::changes::with_changes;
+use crate::schema::changes::{
+    Changes, SOURCE_TABLE_COLUMN, with_change_columns, with_changes, with_columns,
+};
 use crate::schema::infer::{ShapeCache, record_shape, shape_key};
 use crate::sql::Options;
 use crate::sql::options::unsupported;
@@ -134,7 +136,7 @@ impl Decoder {
             });
         }
         let timestamps = options.take_bool("json.timestamp-inference")?;
-        let inferred = format == "json" && schema.fields().is_empty();
+        let inferred = matches!(format, "json" | "debezium-json") && schema.fields().is_empty();
         if timestamps.is_some() && !inferred {
             return Err(Error::Option(
                 "'json.timestamp-inference' applies to JSON sources whose columns are \
@@ -148,17 +150,7 @@ impl Decoder {
         });
         let format = match format {
             "json" => Format::Json,
-            "debezium-json" => {
-                if schema.fields().is_empty() {
-                    return Err(Error::Plan(
-                        "'format' = 'debezium-json' needs declared columns (the table's, with \
-                         its PRIMARY KEY NOT ENFORCED), e.g. (id BIGINT, name STRING, PRIMARY \
-                         KEY (id) NOT ENFORCED)"
-                            .to_string(),
-                    ));
-                }
-                Format::DebeziumJson
-            }
+            "debezium-json" => Format::DebeziumJson,
             "csv" => {
                 if schema.fields().is_empty() {
                     return Err(Error::Plan(
@@ -248,15 +240,28 @@ impl Decoder {
     /// Decode `records`. Fails only when something outside the records fails (a schema
     /// registry that cannot be reached): bad records are returned as errors.
     pub async fn decode(&self, records: &[&[u8]]) -> Result<Decoded> {
+        self.decode_keyed(records, None).await
+    }
+
+    /// [`Self::decode`], with each record's message key where the source has keys (Kafka):
+    /// the rows of a Debezium change stream whose columns are inferred name the key columns
+    /// of their source table from it ([`KEY_NAMES_COLUMN`](crate::schema::changes::KEY_NAMES_COLUMN)).
+    pub async fn decode_keyed(
+        &self,
+        records: &[&[u8]],
+        keys: Option<&[Option<&[u8]>]>,
+    ) -> Result<Decoded> {
         let max = self.max_record_size;
         if records.iter().all(|r| r.len() <= max) {
-            return self.decode_all(records).await;
+            return self.decode_all(records, keys).await;
         }
         // Larger records are rejected undecoded; the others decode as if alone.
         let (kept, larger): (Vec<usize>, Vec<usize>) =
             (0..records.len()).partition(|&i| records[i].len() <= max);
         let these: Vec<&[u8]> = kept.iter().map(|&i| records[i]).collect();
-        let mut decoded = self.decode_all(&these).await?;
+        let their_keys: Option<Vec<Option<&[u8]>>> =
+            keys.map(|k| kept.iter().map(|&i| k[i]).collect());
+        let mut decoded = self.decode_all(&these, their_keys.as_deref()).await?;
         for group in &mut decoded.groups {
             for row in &mut group.rows {
                 *row = kept[*row];
@@ -273,7 +278,11 @@ impl Decoder {
         Ok(decoded)
     }
 
-    async fn decode_all(&self, records: &[&[u8]]) -> Result<Decoded> {
+    async fn decode_all(
+        &self,
+        records: &[&[u8]],
+        keys: Option<&[Option<&[u8]>]>,
+    ) -> Result<Decoded> {
         if let Some(avro) = &self.avro {
             if self.format == Format::DebeziumAvro {
                 // Tombstones (empty records) are no change: not decoded, not errors.
@@ -297,7 +306,10 @@ impl Decoder {
             return avro.decode(records);
         }
         if self.format == Format::DebeziumJson {
-            return decode_changes(&self.schema, records);
+            return match &self.inference {
+                None => decode_changes(&self.schema, records),
+                Some(inference) => decode_inferred_changes(inference, records, keys),
+            };
         }
         let Some(inference) = &self.inference else {
             let (group, errors) = decode_group(self.format, &self.schema, records, |i| i)?;
@@ -306,45 +318,136 @@ impl Decoder {
                 errors,
             });
         };
-        // Group the records by shape, in order of first appearance.
-        let mut errors = Vec::new();
-        let mut groups: Vec<(SchemaRef, Vec<usize>)> = Vec::new();
-        let mut by_key: HashMap<SchemaRef, usize> = HashMap::new();
-        let mut key = String::new();
-        {
-            let mut shapes = inference
-                .shapes
-                .lock()
-                .map_err(|_| Error::Internal("shape cache lock poisoned".into()))?;
-            for (i, r) in records.iter().enumerate() {
-                match record_shape(r, inference.timestamps) {
-                    Ok(fields) => {
-                        shape_key(&fields, &mut key);
-                        let schema = shapes.schema(&key, &fields);
-                        let g = *by_key.entry(schema.clone()).or_insert_with(|| {
-                            groups.push((schema, Vec::new()));
-                            groups.len() - 1
-                        });
-                        groups[g].1.push(i);
-                    }
-                    Err(e) => errors.push((i, e)),
+        decode_shapes(self.format, inference, records)
+    }
+}
+
+/// Decode `records` (JSON objects) into a schema per record shape.
+fn decode_shapes(format: Format, inference: &Inference, records: &[&[u8]]) -> Result<Decoded> {
+    // Group the records by shape, in order of first appearance.
+    let mut errors = Vec::new();
+    let mut groups: Vec<(SchemaRef, Vec<usize>)> = Vec::new();
+    let mut by_key: HashMap<SchemaRef, usize> = HashMap::new();
+    let mut key = String::new();
+    {
+        let mut shapes = inference
+            .shapes
+            .lock()
+            .map_err(|_| Error::Internal("shape cache lock poisoned".into()))?;
+        for (i, r) in records.iter().enumerate() {
+            match record_shape(r, inference.timestamps) {
+                Ok(fields) => {
+                    shape_key(&fields, &mut key);
+                    let schema = shapes.schema(&key, &fields);
+                    let g = *by_key.entry(schema.clone()).or_insert_with(|| {
+                        groups.push((schema, Vec::new()));
+                        groups.len() - 1
+                    });
+                    groups[g].1.push(i);
                 }
+                Err(e) => errors.push((i, e)),
             }
         }
-        let mut out = Vec::with_capacity(groups.len());
-        for (schema, rows) in groups {
-            let these: Vec<&[u8]> = rows.iter().map(|&i| records[i]).collect();
-            let (mut group, bad) = decode_group(self.format, &schema, &these, |j| rows[j])?;
-            errors.extend(bad);
-            group.rows = group.rows.iter().map(|&j| rows[j]).collect();
-            out.push(group);
-        }
-        errors.sort_by_key(|(i, _)| *i);
-        Ok(Decoded {
-            groups: out,
-            errors,
-        })
     }
+    let mut out = Vec::with_capacity(groups.len());
+    for (schema, rows) in groups {
+        let these: Vec<&[u8]> = rows.iter().map(|&i| records[i]).collect();
+        let (mut group, bad) = decode_group(format, &schema, &these, |j| rows[j])?;
+        errors.extend(bad);
+        group.rows = group.rows.iter().map(|&j| rows[j]).collect();
+        out.push(group);
+    }
+    errors.sort_by_key(|(i, _)| *i);
+    Ok(Decoded {
+        groups: out,
+        errors,
+    })
+}
+
+/// Decode Debezium change events into columns inferred from each row, with
+/// [`SOURCE_TABLE_COLUMN`] (the event's `source.table`) after them and the change columns
+/// last: whether each row deletes its key, and (from the message keys) its source table's
+/// key columns. An update or a delete without a key cannot say which row it changes: a bad
+/// record.
+fn decode_inferred_changes(
+    inference: &Inference,
+    records: &[&[u8]],
+    keys: Option<&[Option<&[u8]>]>,
+) -> Result<Decoded> {
+    struct Meta {
+        input: usize,
+        delete: bool,
+        table: Option<String>,
+        key: Option<String>,
+    }
+    let mut rows = Vec::new();
+    let mut meta = Vec::new();
+    let mut errors = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        let (json, delete, existing, table) = match debezium::change(r) {
+            Ok(debezium::Change::Row {
+                json,
+                delete,
+                existing,
+                table,
+            }) => (json, delete, existing, table),
+            Ok(debezium::Change::Skip) => continue,
+            Err(e) => {
+                errors.push((i, e));
+                continue;
+            }
+        };
+        let key = match keys.and_then(|k| k[i]).map(debezium::key_names) {
+            None => None,
+            Some(Ok(names)) => names,
+            Some(Err(e)) => {
+                errors.push((i, e));
+                continue;
+            }
+        };
+        if key.is_none() && existing {
+            errors.push((
+                i,
+                "an update or delete of a row whose source table has no primary key (the \
+                 message has no key): which row it changes cannot be told"
+                    .to_string(),
+            ));
+            continue;
+        }
+        rows.push(json);
+        meta.push(Meta {
+            input: i,
+            delete,
+            table,
+            key,
+        });
+    }
+    let these: Vec<&[u8]> = rows.iter().map(Vec::as_slice).collect();
+    let mut decoded = decode_shapes(Format::Json, inference, &these)?;
+    for group in &mut decoded.groups {
+        let of = |j: &usize| &meta[*j];
+        let tables: ArrayRef = Arc::new(StringArray::from_iter(
+            group.rows.iter().map(|j| of(j).table.as_deref()),
+        ));
+        let rows = with_columns(
+            &group.batch,
+            vec![(SOURCE_TABLE_COLUMN, DataType::Utf8, true, tables)],
+        )?;
+        let changes = Changes {
+            deletes: BooleanArray::from_iter(group.rows.iter().map(|j| Some(of(j).delete))),
+            key_names: Some(StringArray::from_iter(
+                group.rows.iter().map(|j| of(j).key.as_deref()),
+            )),
+        };
+        group.batch = with_change_columns(&rows, &changes)?;
+        group.rows = group.rows.iter().map(|j| of(j).input).collect();
+    }
+    for (j, _) in &mut decoded.errors {
+        *j = meta[*j].input;
+    }
+    decoded.errors.extend(errors);
+    decoded.errors.sort_by_key(|(i, _)| *i);
+    Ok(decoded)
 }
 
 /// Decode Debezium change events into `schema`, with [`CHANGE_COLUMN`] last: whether each
@@ -356,7 +459,7 @@ fn decode_changes(schema: &SchemaRef, records: &[&[u8]]) -> Result<Decoded> {
     let mut errors = Vec::new();
     for (i, r) in records.iter().enumerate() {
         match debezium::change(r) {
-            Ok(debezium::Change::Row { json, delete }) => {
+            Ok(debezium::Change::Row { json, delete, .. }) => {
                 rows.push(json);
                 flags.push(delete);
                 inputs.push(i);
@@ -598,5 +701,81 @@ mod tests {
         let declared = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, true)]));
         let e = Decoder::try_new("json", &mut o, declared).unwrap_err();
         assert!(e.to_string().contains("inferred"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn debezium_rows_without_declared_columns_name_their_table_and_key() {
+        use datafusion::arrow::array::Array;
+        let mut o = Options::try_new("t", []).unwrap();
+        let d = Decoder::try_new("debezium-json", &mut o, Arc::new(Schema::empty())).unwrap();
+        let source = |t: &str| format!(r#""source": {{"db": "inventory", "table": "{t}"}}"#);
+        let recs: Vec<String> = vec![
+            format!(
+                r#"{{"after": {{"id": 1, "name": "a"}}, "op": "c", {}}}"#,
+                source("customers")
+            ),
+            format!(
+                r#"{{"before": {{"id": 1}}, "op": "d", {}}}"#,
+                source("customers")
+            ),
+            format!(
+                r#"{{"after": {{"sku": "x", "qty": 2}}, "op": "r", {}}}"#,
+                source("stock")
+            ),
+            format!(
+                r#"{{"after": {{"note": "n"}}, "op": "u", {}}}"#,
+                source("notes")
+            ),
+            format!(
+                r#"{{"after": {{"note": "m"}}, "op": "c", {}}}"#,
+                source("notes")
+            ),
+        ];
+        let records: Vec<&[u8]> = recs.iter().map(|r| r.as_bytes()).collect();
+        let keys: Vec<Option<&[u8]>> = vec![
+            Some(br#"{"id": 1}"#),
+            Some(br#"{"id": 1}"#),
+            Some(br#"{"schema": {}, "payload": {"sku": "x"}}"#),
+            None,
+            None,
+        ];
+        let out = d.decode_keyed(&records, Some(&keys)).await.unwrap();
+        // The keyless update cannot say which row it changes; the keyless insert is a row.
+        assert_eq!(out.errors.len(), 1, "{:?}", out.errors);
+        assert_eq!(out.errors[0].0, 3);
+        assert!(
+            out.errors[0].1.contains("no primary key"),
+            "{}",
+            out.errors[0].1
+        );
+        let mut seen = Vec::new();
+        for g in &out.groups {
+            let (rows, changes) = crate::schema::changes::split_changes(g.batch.clone()).unwrap();
+            let changes = changes.unwrap();
+            let tables = rows
+                .column_by_name(SOURCE_TABLE_COLUMN)
+                .unwrap()
+                .as_string::<i32>();
+            let names = changes.key_names.unwrap();
+            for (r, &input) in g.rows.iter().enumerate() {
+                seen.push((
+                    input,
+                    tables.value(r).to_string(),
+                    names.is_valid(r).then(|| names.value(r).to_string()),
+                    changes.deletes.value(r),
+                ));
+            }
+        }
+        seen.sort();
+        let s = |v: &str| v.to_string();
+        assert_eq!(
+            seen,
+            vec![
+                (0, s("customers"), Some(s("id")), false),
+                (1, s("customers"), Some(s("id")), true),
+                (2, s("stock"), Some(s("sku")), false),
+                (4, s("notes"), None, false),
+            ]
+        );
     }
 }

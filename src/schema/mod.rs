@@ -1,6 +1,7 @@
 //! Schema rules, in one place each, with no I/O: the bottom layer above `error`.
 //!
-//! - [`changes`]: a change stream's rows, which say whether each deletes its key.
+//! - [`changes`]: a change stream's rows, which say whether each deletes its key (and by
+//!   which key columns).
 //! - [`promote`]: which column types may become which (Iceberg's promotions).
 //! - [`types`]: the Iceberg type of an Arrow column, type names for messages, field metadata.
 //! - [`infer`]: the shape of a JSON record, and merging shapes for previews.
@@ -20,4 +21,6 @@ pub mod types;
 pub use changes::CHANGE_COLUMN;
 pub use evolve::{conform, conform_array, conform_to, evolve, match_case, narrow_integers};
 pub use promote::{promotes, widest};
-pub use types::{FIELD_DOC, INFERRED, arrow_type_name, iceberg_schema, type_name, with_uuid};
+pub use types::{
+    FIELD_DOC, INFERRED, arrow_type_name, iceberg_schema, type_name, with_key, with_uuid,
+};

@@ -155,6 +155,60 @@ fn normalize_type(dt: &DataType, name: &str) -> Result<DataType> {
     })
 }
 
+/// `schema` with the top-level columns `key` as its identifier fields (its primary key):
+/// each a column of a primitive type other than FLOAT and DOUBLE, and NOT NULL, or made so
+/// with `make_required` (a table created from rows, whose columns are all optional).
+/// The error says which column does not fit, and how, for `table`.
+pub fn with_key(
+    schema: Schema,
+    key: &[&str],
+    make_required: bool,
+    table: &dyn std::fmt::Display,
+) -> std::result::Result<Schema, String> {
+    if key.is_empty() {
+        return Ok(schema);
+    }
+    let mut ids = Vec::new();
+    for k in key {
+        let field = schema
+            .field_by_name(k)
+            .ok_or_else(|| format!("primary key column '{k}' is not a column of table {table}"))?;
+        let fit = match &*field.field_type {
+            Type::Primitive(p) => !matches!(p, PrimitiveType::Float | PrimitiveType::Double),
+            _ => false,
+        };
+        let top = schema.as_struct().field_by_id(field.id).is_some();
+        if !fit || !top || (!field.required && !make_required) {
+            return Err(format!(
+                "primary key column '{k}' of table {table} is {}{}: a key column is a \
+                 NOT NULL top-level column of a primitive type other than FLOAT and DOUBLE",
+                type_name(&field.field_type),
+                if field.required { "" } else { " NULL" }
+            ));
+        }
+        ids.push(field.id);
+    }
+    let fields: Vec<NestedFieldRef> = schema
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| match ids.contains(&f.id) && !f.required {
+            true => {
+                let mut f = f.as_ref().clone();
+                f.required = true;
+                Arc::new(f)
+            }
+            false => f.clone(),
+        })
+        .collect();
+    Schema::builder()
+        .with_schema_id(schema.schema_id())
+        .with_fields(fields)
+        .with_identifier_field_ids(ids)
+        .build()
+        .map_err(|e| format!("the primary key of table {table}: {e}"))
+}
+
 /// An Iceberg type as users read it: `long`, `decimal(10, 2)`, `list<string>`,
 /// `map<string, long>`, `struct<a: int, b: string>`.
 pub fn type_name(t: &Type) -> String {

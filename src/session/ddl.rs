@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::sql::parser::Statement as DFStatement;
-use datafusion::sql::sqlparser::ast::{Ident, Statement as SQLStatement};
-use iceberg::spec::{PrimitiveType, Schema as IcebergSchema, Transform, Type};
+use datafusion::sql::sqlparser::ast::Statement as SQLStatement;
+use iceberg::spec::{Schema as IcebergSchema, Transform};
 use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 
@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::lake::glue::GlueOptions;
 use crate::lake::{CatalogConfig, CatalogKind, RestTimeouts, connect, table_exists};
 use crate::schema::partition::partition_spec;
-use crate::schema::{iceberg_schema, type_name};
+use crate::schema::{iceberg_schema, type_name, with_key};
 use crate::sql::Options;
 use crate::sql::statement::*;
 
@@ -230,7 +230,8 @@ impl Session {
                 "CREATE TABLE without columns or query".into(),
             ));
         };
-        let schema = with_identifier_fields(schema, &s.primary_key, &name)?;
+        let key: Vec<&str> = s.primary_key.iter().map(|k| k.value.as_str()).collect();
+        let schema = with_key(schema, &key, false, &name).map_err(Error::Plan)?;
         let spec = partition_spec(&s.partitioned_by, &schema)?;
         let mut options = Options::try_new(format!("CREATE TABLE {}", s.name), s.options)?;
         let format_version = match options.take_choice("format-version", &["1", "2", "3"])? {
@@ -482,43 +483,6 @@ fn catalog_config(mut options: Options) -> Result<CatalogConfig> {
 
 /// `DESCRIBE` output: one row per column, then the partition spec and table facts, in the
 /// three columns DataFusion's own DESCRIBE has.
-/// `schema` with `key` (a primary key) as its identifier fields: primitive, required
-/// columns that are not floating point, as Iceberg's spec asks.
-fn with_identifier_fields(
-    schema: IcebergSchema,
-    key: &[Ident],
-    table: &impl std::fmt::Display,
-) -> Result<IcebergSchema> {
-    if key.is_empty() {
-        return Ok(schema);
-    }
-    let mut ids = Vec::new();
-    for k in key {
-        let field = schema.field_by_name(&k.value).ok_or_else(|| {
-            Error::Plan(format!(
-                "primary key column '{k}' is not a column of table {table}"
-            ))
-        })?;
-        let fit = match &*field.field_type {
-            Type::Primitive(p) => !matches!(p, PrimitiveType::Float | PrimitiveType::Double),
-            _ => false,
-        };
-        if !fit || !field.required {
-            return Err(Error::Plan(format!(
-                "primary key column '{k}' of table {table} is {}{}: a key column is a \
-                 NOT NULL column of a primitive type other than FLOAT and DOUBLE",
-                type_name(&field.field_type),
-                if field.required { "" } else { " NULL" }
-            )));
-        }
-        ids.push(field.id);
-    }
-    Ok(schema
-        .into_builder()
-        .with_identifier_field_ids(ids)
-        .build()?)
-}
-
 fn describe_rows(table: &Table) -> Result<Output> {
     let md = table.metadata();
     let schema = md.current_schema();

@@ -107,10 +107,13 @@ impl Session {
         let options = RouteOptions::try_new(options)?;
         let planner = QueryPlanner::routed(self.ctx.state(), s.query, s.route);
         let read = self.sources_read_by(planner.statement());
-        if let Some(c) = read.iter().find(|s| s.is_change_stream()) {
+        if let Some(c) = read.iter().find(|s| s.is_change_stream())
+            && self.committer(&catalog_name).is_none()
+        {
             return Err(Error::Unsupported(format!(
-                "ROUTE BY over change stream {}: routed tables are created without a primary \
-                 key, so their changes cannot be applied yet; INSERT INTO each keyed table",
+                "ROUTE BY over change stream {} into catalog {catalog_name}: its tables keep \
+                 one row per key, deleting the rows they replace through floe's own commit \
+                 path, which sql, rest and glue catalogs have",
                 c.name
             )));
         }

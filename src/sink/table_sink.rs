@@ -28,7 +28,7 @@ use crate::checkpoint::{FileGroup, PendingCommit};
 use crate::error::{Error, Reject, Result};
 use crate::lake::commit::staged;
 use crate::lake::{TableWriter, upsert};
-use crate::schema::changes::split_changes;
+use crate::schema::changes::{Changes, split_changes, without_source_table};
 use crate::schema::merge::merge_schemas;
 use crate::schema::types::column_count;
 use crate::schema::{conform_to, evolve, match_case};
@@ -123,8 +123,8 @@ pub struct TableSink {
     case_insensitive: bool,
     /// The table's primary key (its identifier fields' names), if it has one: it keeps one
     /// row per key, so a checkpoint's rows are held until it closes and only the last row
-    /// of each key is written (see `lake::upsert`). Such a table's schema does not evolve
-    /// with the rows: its rows are matched by key across checkpoints, in one schema.
+    /// of each key is written (see `lake::upsert`). When the schema evolves, the rows held
+    /// are conformed to the new one ([`Self::conform_held`]).
     keys: Vec<String>,
     /// For a table with a primary key: whether each row of `pending` deletes its key.
     deletes: Vec<BooleanArray>,
@@ -233,7 +233,6 @@ impl TableSink {
         candidates: Vec<Candidate>,
     ) -> Self {
         let keys = upsert::key_names(table.metadata().current_schema());
-        let evolve = evolve && keys.is_empty();
         Self {
             catalog_name: catalog_name.to_string(),
             catalog: catalog.clone(),
@@ -330,16 +329,21 @@ impl TableSink {
         if batch.num_rows() == 0 {
             return Ok(0);
         }
-        let (batch, deletes) = split_changes(batch)?;
+        let (batch, changes) = split_changes(batch)?;
+        let batch = without_source_table(batch)?;
+        if let Some(c) = &changes {
+            self.check_key(c)?;
+        }
+        let deletes = changes.map(|c| c.deletes);
         if let Some(d) = &deletes
             && self.keys.is_empty()
             && d.true_count() > 0
         {
-            return Err(Error::Plan(format!(
-                "the job's rows delete rows (a change stream), and table {} has no primary key \
-                 to find them by: declare it, PRIMARY KEY (...) NOT ENFORCED",
+            return Err(Error::Record(Reject::new(format!(
+                "the row deletes a row (a change stream), and table {} has no primary key to \
+                 find it by: declare it, PRIMARY KEY (...) NOT ENFORCED",
                 self.base.identifier()
-            )));
+            ))));
         }
         let batch = if self.case_insensitive {
             match_case(self.staged.metadata().current_schema(), &batch).map_err(Error::Record)?
@@ -365,6 +369,31 @@ impl TableSink {
             self.flush().await?;
         }
         Ok(n as u64)
+    }
+
+    /// Rows whose source table's key (where the change stream names it) is not this table's
+    /// primary key are not this table's to apply: a source table whose key changed, or rows
+    /// routed to a table keyed otherwise. [`Error::Record`]: they go to the dead letters.
+    fn check_key(&self, changes: &Changes) -> Result<()> {
+        for names in changes.distinct_key_names().into_iter().flatten() {
+            let mut theirs: Vec<&str> = names.split(',').collect();
+            let mut ours: Vec<&str> = self.keys.iter().map(String::as_str).collect();
+            theirs.sort_unstable();
+            ours.sort_unstable();
+            if theirs != ours {
+                let ours = match self.keys.is_empty() {
+                    true => "none".to_string(),
+                    false => format!("({})", self.keys.join(", ")),
+                };
+                return Err(Error::Record(Reject::new(format!(
+                    "the row's source table has the primary key ({}), and table {}'s is \
+                     {ours}: a source table whose key changed needs a table of its own",
+                    theirs.join(", "),
+                    self.base.identifier()
+                ))));
+            }
+        }
+        Ok(())
     }
 
     /// Whether rows of `batch`'s schema were found to fit the staged schema whatever their
@@ -457,7 +486,16 @@ impl TableSink {
     /// The rows gathered and the open files, taken out to be written elsewhere (see
     /// [`Unwritten::write`]), and the files closed if `close`; what comes back goes to
     /// [`Self::give_back`]. Until then the sink gathers the rows that come.
+    /// A keyed table's rows are held until the checkpoint closes ([`Self::close`] writes the
+    /// last row of each key): nothing is taken.
     pub fn take_unwritten(&mut self, close: bool) -> Result<Option<Unwritten>> {
+        if !self.keys.is_empty() {
+            return Ok(None);
+        }
+        self.unwritten(close)
+    }
+
+    fn unwritten(&mut self, close: bool) -> Result<Option<Unwritten>> {
         if self.lent && !close {
             return Err(Error::Internal(
                 "a table's files were taken while out being written".into(),
@@ -502,7 +540,9 @@ impl TableSink {
     /// Move to `schema` (and the spec the candidates give it): close the open files, which
     /// keep the spec they were written with.
     async fn restage(&mut self, schema: Schema) -> Result<()> {
-        self.close_writer().await?;
+        if self.keys.is_empty() {
+            self.close_writer().await?;
+        }
         let current_spec = self.spec.clone().unwrap_or_else(|| {
             self.start()
                 .metadata()
@@ -517,6 +557,23 @@ impl TableSink {
         }
         self.schema = Some(schema);
         self.staged = staged(self.start(), self.schema.clone(), self.spec.clone())?;
+        self.conform_held()
+    }
+
+    /// A keyed table's rows are held until the checkpoint closes (only the last row of each
+    /// key is written): after a schema change they are conformed to the new schema, as the
+    /// rows that follow are, instead of going to files of the old one.
+    fn conform_held(&mut self) -> Result<()> {
+        if self.keys.is_empty() || self.pending.is_empty() {
+            return Ok(());
+        }
+        let arrow = self.arrow_schema()?;
+        let held = std::mem::take(&mut self.pending);
+        self.pending = held
+            .iter()
+            .map(|b| conform_to(&arrow, b))
+            .collect::<Result<_>>()?;
+        self.pending_bytes = self.pending.iter().map(slice_bytes).sum();
         Ok(())
     }
 
@@ -544,6 +601,15 @@ impl TableSink {
         Ok(())
     }
 
+    /// Write every row gathered or held and close the files.
+    async fn write_out(&mut self) -> Result<()> {
+        if let Some(unwritten) = self.unwritten(true)? {
+            let written = unwritten.write().await?;
+            self.give_back(written).await?;
+        }
+        Ok(())
+    }
+
     /// Close every file; what the checkpoint must commit for this table, if anything.
     pub async fn close(&mut self) -> Result<Option<PendingCommit>> {
         let mut deleted_keys = Vec::new();
@@ -559,7 +625,7 @@ impl TableSink {
             self.pending_bytes = upserts.iter().map(slice_bytes).sum();
             self.pending = upserts;
         }
-        self.close_writer().await?;
+        self.write_out().await?;
         let files = std::mem::take(&mut self.closed);
         if files.is_empty() && deleted_keys.is_empty() {
             return Ok(None);
@@ -645,7 +711,9 @@ impl TableSink {
         // expected it. Write them again for the committed table with this job's
         // changes merged in (what a commit does when it loses a race, see
         // `checkpoint::commit`).
-        self.close_writer().await?;
+        if self.keys.is_empty() {
+            self.close_writer().await?;
+        }
         let md = self.base.metadata();
         let ours = self.staged.metadata().current_schema().clone();
         let merged = merge_schemas(md.current_schema(), &ours, md.last_column_id())?;
@@ -660,6 +728,7 @@ impl TableSink {
         self.schema = schema;
         self.spec = spec;
         self.staged = staged(&self.base, self.schema.clone(), self.spec.clone())?;
+        self.conform_held()?;
         let paths = self
             .closed
             .iter()

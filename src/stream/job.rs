@@ -34,8 +34,7 @@ use crate::sink::route::{RouteOptions, RoutedSink};
 use crate::sink::table::TableTarget;
 use crate::sink::table_sink::TableSink;
 use crate::sink::{Outcome, RowOrigins, Sink};
-use datafusion::arrow::array::{BooleanArray, RecordBatch, UInt32Array};
-use datafusion::arrow::compute::take;
+use datafusion::arrow::array::{RecordBatch, UInt32Array};
 
 /// Rows asked of a source per poll.
 const POLL_ROWS: usize = 32768;
@@ -501,7 +500,7 @@ impl<'a> Runner<'a> {
             return Ok(());
         }
         let rows = match &changes {
-            Some(deletes) => with_changes(out.rows, deletes, out.inputs.as_ref())?,
+            Some(changes) => with_changes(out.rows, changes, out.inputs.as_ref())?,
             None => out.rows,
         };
         let origins = origins.zip(out.inputs).map(|(o, inputs)| o.through(inputs));
@@ -525,11 +524,11 @@ impl<'a> Runner<'a> {
     }
 }
 
-/// The query's output `rows` of a change stream's batch, with [`CHANGE_COLUMN`](crate::schema::CHANGE_COLUMN) last again:
-/// each row deletes its key when the input row it came from (`inputs`) did.
+/// The query's output `rows` of a change stream's batch, with its change columns last again
+/// (see [`changes`]): each row changes what the input row it came from (`inputs`) did.
 fn with_changes(
     rows: RecordBatch,
-    deletes: &BooleanArray,
+    changes: &changes::Changes,
     inputs: Option<&UInt32Array>,
 ) -> Result<RecordBatch> {
     let Some(inputs) = inputs else {
@@ -539,7 +538,5 @@ fn with_changes(
                 .into(),
         ));
     };
-    let flags = take(deletes, inputs, None)
-        .map_err(|e| Error::Internal(format!("a change stream's rows: {e}")))?;
-    changes::with_changes(&rows, flags)
+    changes::with_change_columns(&rows, &changes.take(inputs)?)
 }

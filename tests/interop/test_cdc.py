@@ -10,6 +10,7 @@ import random
 import subprocess
 import threading
 import time
+import uuid
 from pathlib import Path
 
 from conftest import SqlLake, run_floe_in
@@ -18,9 +19,10 @@ from test_kafka import Producer, create_topic, kafka, sql_str  # noqa: F401 (fix
 KEYS = 100_000
 
 
-def debezium(op: str, before: dict | None, after: dict | None, wrapped: bool) -> bytes:
+def debezium(op: str, before: dict | None, after: dict | None, wrapped: bool,
+             table: str = "customers") -> bytes:
     event = {"before": before, "after": after, "op": op, "ts_ms": int(time.time() * 1000),
-             "source": {"connector": "postgresql", "db": "shop", "table": "customers"}}
+             "source": {"connector": "postgresql", "db": "shop", "table": table}}
     if wrapped:
         event = {"schema": {"type": "struct", "name": "dbserver1.shop.customers.Envelope"},
                  "payload": event}
@@ -81,17 +83,19 @@ def job(lake: SqlLake, topic: str, bootstrap: str) -> str:
     ]) + ";\n"
 
 
-def produce_while_killing(kafka: str, topic: str, messages: list, floe_bin: Path, work: Path,
-                          rng: random.Random, kills: int, every: int, pause: float,
+def produce_while_killing(kafka: str, topic: str | None, messages: list, floe_bin: Path,
+                          work: Path, rng: random.Random, kills: int, every: int, pause: float,
                           window: tuple[float, float]) -> int:
-    """Produce `messages` (key, value) to `topic`, pausing `pause` s every `every`, while
-    floe runs work/job.sql and is killed `kills` times, each after a time in `window`; then
-    run the job to its end (it is bounded). How many kills landed."""
+    """Produce `messages` (key, value) to `topic` (or, without one, (topic, key, value)),
+    pausing `pause` s every `every`, while floe runs work/job.sql and is killed `kills` times,
+    each after a time in `window`; then run the job to its end (it is bounded). How many
+    kills landed."""
     prod = Producer(kafka)
 
     def produce() -> None:
-        for n, (k, v) in enumerate(messages):
-            prod.send(topic, v, key=k)
+        for n, m in enumerate(messages):
+            t, k, v = (topic, *m) if topic is not None else m
+            prod.send(t, v, key=k)
             if n % every == every - 1:
                 time.sleep(pause)
         prod.flush()
@@ -288,3 +292,132 @@ def test_debezium_avro_through_the_registry_is_applied_by_key(
     dead = lake.pyiceberg().load_table("shop.dead_letters").scan().to_arrow().to_pylist()
     assert [d["error"] for d in dead if "truncate" in d["error"]], dead
     assert len(dead) == 1, dead
+
+
+# ------------------------------------------------------------------ a whole database, routed
+
+DB_KEYS = {"customers": ["id"], "orders": ["order_id"], "stock": ["sku", "shop"]}
+
+
+def database_changes(rng: random.Random, n: int):
+    """(topic suffix, key, value) messages of a database of four tables: customers (key id;
+    after half the changes its rows carry a new column, email), orders (key order_id), stock
+    (a two-column key) and audit (no primary key: inserts only, and one update, which no key
+    can place). Then the rows each keyed table is left with, the audit rows, and the messages
+    that must be dead letters (the keyless update, and stock rows whose key lost a column)."""
+    state: dict[str, dict[tuple, dict]] = {t: {} for t in DB_KEYS}
+    audit: list[dict] = []
+    out: list[tuple[str, bytes | None, bytes | None]] = []
+    dead = 0
+
+    def send(table: str, key: dict | None, op: str, before, after) -> None:
+        k = json.dumps(key).encode() if key is not None else None
+        out.append((table, k, debezium(op, before, after, rng.random() < 0.2, table)))
+
+    def row(table: str, k: tuple, step: int) -> dict:
+        if table == "customers":
+            r = {"id": k[0], "name": f"c{step}", "tier": step % 3}
+            if step >= n // 2:
+                r["email"] = f"c{k[0]}@{step}"
+            return r
+        if table == "orders":
+            return {"order_id": k[0], "customer": k[0] % 97, "amount": step * 0.5}
+        return {"sku": k[0], "shop": k[1], "qty": step % 50}
+
+    for step in range(n):
+        table = rng.choice(["customers", "orders", "stock", "audit"])
+        if table == "audit":
+            entry = {"seq": step, "what": f"event {step}"}
+            audit.append(entry)
+            send("audit", None, "c", None, entry)
+            continue
+        k = (rng.randrange(500),) if table != "stock" else (f"s{rng.randrange(50)}", f"p{rng.randrange(4)}")
+        key = dict(zip(DB_KEYS[table], k))
+        rows = state[table]
+        if k in rows and rng.random() < 0.25:
+            send(table, key, "d", dict(rows.pop(k)), None)
+            out.append((table, json.dumps(key).encode(), None))
+        elif k in rows:
+            r = row(table, k, step)
+            send(table, key, "u", dict(rows[k]), r)
+            rows[k] = r
+        else:
+            r = row(table, k, step)
+            send(table, key, "c", None, r)
+            rows[k] = r
+    # The keyless table's update cannot be placed; a key that lost a column is another key.
+    send("audit", None, "u", audit[0], {**audit[0], "what": "changed"})
+    dead += 1
+    for i in range(3):
+        send("stock", {"sku": f"s{i}"}, "c", None, {"sku": f"s{i}", "shop": "p9", "qty": 1})
+        dead += 1
+    return out, state, audit, dead
+
+
+def test_a_whole_database_routed_by_source_table_with_a_schema_change_and_kills(
+    kafka, floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+):
+    """One job mirrors every table of a database: topics by pattern, ROUTE BY
+    __source_table, each table created on first sight with its source table's key (from the
+    message keys), one evolving mid-stream, killed while the changes arrive. Every keyed
+    table equals its source's final state key by key (pyiceberg, DuckDB), the keyless table
+    holds its inserts, and what cannot be applied is a dead letter."""
+    seed = random.randrange(1 << 30)
+    print(f"seed: {seed}")
+    rng = random.Random(seed)
+    messages, state, audit, dead = database_changes(rng, 30_000)
+    prefix = f"db_{uuid.uuid4().hex[:8]}"
+    for table in ["customers", "orders", "stock", "audit"]:
+        create_topic(kafka, 2, f"{prefix}.inventory.{table}")
+    messages = [(f"{prefix}.inventory.{t}", k, v) for t, k, v in messages]
+    opts = {
+        "connector": "kafka",
+        "topic-pattern": f"{prefix}\\.inventory\\..*",
+        "properties.bootstrap.servers": kafka,
+        "format": "debezium-json",
+        "scan.startup.mode": "earliest-offset",
+        "scan.bounded.mode": "latest-offset",
+    }
+    body = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in opts.items())
+    work = tmp_path / "job"
+    work.mkdir()
+    (work / "job.sql").write_text(";\n".join([
+        lake.ddl(),
+        "CREATE SCHEMA IF NOT EXISTS lake.mirror",
+        f"CREATE SOURCE inventory WITH ({body})",
+        "SET 'pipeline.name' = 'mirror'",
+        "SET 'checkpoint.interval' = '300ms'",
+        "INSERT INTO lake.mirror SELECT * FROM inventory ROUTE BY __source_table",
+    ]) + ";\n")
+    kills = produce_while_killing(kafka, None, messages, floe_bin, work, rng, kills=4,
+                                  every=1_500, pause=0.1, window=(1.0, 2.5))
+    assert kills >= 2, f"only {kills} kills: {(work / 'floe.err').read_text()}"
+
+    catalog = lake.pyiceberg()
+    names = sorted(t[1] for t in catalog.list_tables("mirror"))
+    assert names == ["audit", "customers", "dead_letters", "orders", "stock"], names
+    for table, key in DB_KEYS.items():
+        t = catalog.load_table(f"mirror.{table}")
+        schema = t.schema()
+        assert sorted(schema.find_field(i).name for i in schema.identifier_field_ids) == sorted(key), table
+        assert "__source_table" not in [f.name for f in schema.fields], table
+        columns = [f.name for f in schema.fields]
+        want = sorted(
+            tuple(r.get(c) for c in columns) for r in state[table].values()
+        )
+        got = sorted(tuple(r[c] for c in columns) for r in t.scan().to_arrow().to_pylist())
+        assert len(got) == len(want), (table, len(got), len(want), seed)
+        assert got == want, f"{table}: not the source's final state (seed {seed})"
+        n = duck.execute(f"SELECT count(*) FROM iceberg_scan('{t.metadata_location}')").fetchone()[0]
+        assert n == len(want), (table, n)
+    customers = catalog.load_table("mirror.customers")
+    assert customers.schema().find_field("email") is not None
+    assert len(customers.schemas()) >= 2, "customers evolved when email appeared"
+    audit_rows = catalog.load_table("mirror.audit").scan().to_arrow().to_pylist()
+    assert sorted(r["seq"] for r in audit_rows) == [a["seq"] for a in audit]
+    assert catalog.load_table("mirror.audit").schema().identifier_field_ids == []
+    letters = catalog.load_table("mirror.dead_letters").scan().to_arrow().to_pylist()
+    assert len(letters) == dead, [l["error"] for l in letters]
+    errors = sorted(l["error"] for l in letters)
+    assert sum("no primary key" in e for e in errors) == 1, errors
+    assert sum("primary key (sku)" in e for e in errors) == 3, errors

@@ -83,7 +83,12 @@ pub async fn decode(
             None => raw[i].payload.as_deref().unwrap_or_default(),
         })
         .collect();
-    let mut decoded = decoder.decode(&records).await?;
+    // A change stream's message keys name its source tables' keys.
+    let message_keys: Option<Vec<Option<&[u8]>>> =
+        tombstones.then(|| good.iter().map(|&i| raw[i].key.as_deref()).collect());
+    let mut decoded = decoder
+        .decode_keyed(&records, message_keys.as_deref())
+        .await?;
     if upsert.is_some() {
         for group in &mut decoded.groups {
             let deletes = BooleanArray::from_iter(

@@ -1,5 +1,6 @@
 //! Opening a routed table on first sight: loaded, or created from its first rows' columns
-//! and the partition candidates they have.
+//! and the partition candidates they have (and, for a change stream's rows, the key of their
+//! source table).
 
 use std::sync::Arc;
 
@@ -8,8 +9,9 @@ use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
 
 use super::RouteOptions;
 use crate::error::{Error, Reject, Result};
-use crate::schema::iceberg_schema;
+use crate::schema::changes::{split_changes, without_source_table};
 use crate::schema::types::column_count;
+use crate::schema::{iceberg_schema, with_key};
 use crate::sink::table_sink::{TableSink, spec_for};
 
 /// Tables opened or created at once when a poll names several new ones.
@@ -31,13 +33,25 @@ impl Opener {
         let table = match self.catalog.load_table(&ident).await {
             Ok(t) => t,
             Err(e) if e.kind() == ErrorKind::TableNotFound => {
+                // A change stream's rows name their source table's key: the new table's.
+                let (data, changes) = split_changes(rows.clone())?;
+                let data = without_source_table(data)?;
+                let key: Vec<String> = changes
+                    .as_ref()
+                    .and_then(|c| c.distinct_key_names().into_iter().flatten().next())
+                    .map(|names| names.split(',').map(str::to_string).collect())
+                    .unwrap_or_default();
+                let key: Vec<&str> = key.iter().map(String::as_str).collect();
                 // Rows whose columns make no Iceberg schema (`a.b` beside a struct `a` with
                 // a field `b`, say) are the rows' fault: dead letters, found by the job.
-                let schema = iceberg_schema(rows.schema().as_ref(), true).map_err(|e| {
-                    Error::Record(Reject::new(format!(
-                        "the rows' columns make no table schema for new table '{name}': {e}"
-                    )))
-                })?;
+                let schema = iceberg_schema(data.schema().as_ref(), true)
+                    .map_err(|e| e.to_string())
+                    .and_then(|schema| with_key(schema, &key, true, &name))
+                    .map_err(|e| {
+                        Error::Record(Reject::new(format!(
+                            "the rows' columns make no table schema for new table '{name}': {e}"
+                        )))
+                    })?;
                 let columns = column_count(&schema);
                 if columns > self.options.max_columns {
                     return Err(Error::Record(Reject::new(format!(
