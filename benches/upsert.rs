@@ -8,7 +8,9 @@
 //!
 //! Both runs read `FLOE_BENCH_CHANGES` (2 M) generated orders, keyed `order_id %
 //! FLOE_BENCH_KEYS` (200,000), with a checkpoint every `FLOE_BENCH_INTERVAL` (2 s), to the
-//! end; the keyed table's job compacts it as it runs (`maintenance.compaction`). The target
+//! end; the keyed table's job compacts it as it runs (`maintenance.compaction`).
+//! `FLOE_BENCH_INDEX_MEMORY` (say `16mb`) sets the key index's budget
+//! (`floe.key-index.memory`): beyond it the index is on disk. The target
 //! (the change-data-capture issue, at 10 M changes over 1 M keys): the upsert rate at least
 //! 50% of the append rate, within a memory budget; a query over the upserted table within
 //! 2x of the same query after compacting it fully.
@@ -53,6 +55,11 @@ fn run(dir: &std::path::Path, keyed: bool) -> (f64, String, String) {
     } else {
         ""
     };
+    // The key index's memory budget (a small one puts it on disk).
+    let with = match std::env::var("FLOE_BENCH_INDEX_MEMORY") {
+        Ok(m) if keyed => format!(" WITH ('floe.key-index.memory' = '{m}')"),
+        _ => String::new(),
+    };
     // The keyed table is maintained as a user would keep it: compacted as the job runs.
     let maintained = if keyed {
         " SET 'maintenance.compaction' = 'on'; SET 'maintenance.interval' = '2s';"
@@ -65,7 +72,7 @@ fn run(dir: &std::path::Path, keyed: bool) -> (f64, String, String) {
             &format!(
                 "CREATE SCHEMA lake.b;
                  CREATE TABLE lake.b.{name} (k BIGINT NOT NULL, order_id BIGINT, customer_id BIGINT,
-                   amount DOUBLE, region STRING, status STRING{key});
+                   amount DOUBLE, region STRING, status STRING{key}){with};
                  CREATE SOURCE orders WITH ('connector' = 'datagen', 'profile' = 'orders',
                    'number-of-rows' = '{changes}');
                  SET 'pipeline.name' = '{name}';{maintained}"

@@ -111,15 +111,26 @@ fn a_change_stream_leaves_the_final_state_of_every_key() {
 }
 
 #[test]
-fn a_key_index_over_its_memory_budget_gives_way_to_reading_the_keys() {
-    // 1 KiB holds no index of 4,000 keys: every commit reads the table's key column.
+fn a_key_index_over_its_memory_budget_keeps_its_rows_on_disk() {
+    // 1 KiB holds no index of 4,000 keys in memory: its rows go to disk, and every commit
+    // finds the rows it replaces there.
     let dir = tempfile::tempdir().unwrap();
     let expected = prepared(dir.path());
     let options = " WITH ('floe.key-index.memory' = '1kb')";
     run_script_to_end(dir.path(), &script_with("50ms", options));
     assert!(
         table(dir.path()) == expected,
-        "without an index: the table is not the final state of the keys"
+        "with the index on disk: the table is not the final state of the keys"
+    );
+    let found = query_csv(
+        dir.path(),
+        CATALOG,
+        "SELECT DISTINCT summary['floe.key-index'] AS found \
+         FROM lake.shop.\"customers$snapshots\" WHERE summary['floe.key-index'] IS NOT NULL",
+    );
+    assert_eq!(
+        found, "found\ndisk\n",
+        "every commit found its keys on disk"
     );
     // The budget is read: a bad one is an error that names it.
     let bad = tempfile::tempdir().unwrap();

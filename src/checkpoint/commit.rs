@@ -35,6 +35,10 @@ pub const SUMMARY_CHECKPOINT: &str = "floe.checkpoint";
 /// Summary key: how many keys a checkpoint's change stream deleted that the table did not
 /// hold (deletes that changed nothing).
 pub const SUMMARY_UNKNOWN_DELETES: &str = "floe.deletes-of-unknown-keys";
+
+/// Summary key: where an upsert found the rows it replaced:
+/// `memory` or `disk` (the key index), or `table` (the key columns read).
+pub const SUMMARY_KEY_INDEX: &str = "floe.key-index";
 /// Summary key: the source offsets (JSON, per source name) the job resumes from after it.
 pub const SUMMARY_OFFSETS: &str = "floe.offsets";
 
@@ -299,6 +303,9 @@ async fn commit_upsert(
         return Ok(table.clone());
     }
     let mut summary = change.summary;
+    if !update.found_in.is_empty() {
+        summary.insert(SUMMARY_KEY_INDEX.to_string(), update.found_in.to_string());
+    }
     if unknown > 0 {
         // Deletes of keys the table does not hold change nothing; the count says so.
         summary.insert(SUMMARY_UNKNOWN_DELETES.to_string(), unknown.to_string());

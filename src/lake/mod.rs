@@ -10,6 +10,7 @@ pub mod dead_letter;
 pub mod deletes;
 pub mod glue;
 pub mod key_index;
+pub mod key_spill;
 pub mod maintenance;
 pub mod read;
 pub mod runtime;

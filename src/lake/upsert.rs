@@ -257,24 +257,29 @@ pub async fn superseded(
     let unknown;
     if index.is_over_budget() {
         drop(index);
+        update.found_in = "table";
         let (found, missing) = scan_for(table, keys, &update, &mut converter).await?;
         positions = found;
         unknown = missing;
     } else {
-        for k in update.keys() {
-            for (file, pos) in index.find(k) {
+        let wanted: Vec<&Key> = update.keys().collect();
+        let found = index.find_all(&wanted)?;
+        let found_in = if index.is_spilled() { "disk" } else { "memory" };
+        for places in &found {
+            for &(file, pos) in places {
                 positions
-                    .entry(file.to_string())
+                    .entry(index.file(file).to_string())
                     .or_default()
                     .push(pos as i64);
             }
         }
-        unknown = update
-            .deleted
+        // (The deleted keys come first in `update.keys()`.)
+        unknown = found[..update.deleted.len()]
             .iter()
-            .filter(|k| index.find(k).is_empty())
+            .filter(|places| places.is_empty())
             .count() as u64;
         drop(index);
+        update.found_in = found_in;
     }
     if positions.is_empty() {
         return Ok((Vec::new(), update, unknown));
