@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! key (Int: 0x00 + i64 big-endian, Row: 0x01 + row bytes) -> (data file id, position)
-//! inserts are buffered and written in one transaction per SPILL_BATCH
+//! inserts are buffered; writes go in transactions of SPILL_BATCH keys
 //! ```
 
 use std::collections::HashMap;
@@ -20,8 +20,9 @@ use crate::error::{Error, Result};
 
 const ROWS: TableDefinition<&[u8], (u32, u64)> = TableDefinition::new("rows");
 
-/// Inserts buffered before they are written in one transaction.
-const SPILL_BATCH: usize = 1 << 16;
+/// Keys written (or removed) per transaction: a transaction holds the pages it changes in
+/// memory until it commits, so a checkpoint of many keys is applied in several.
+const SPILL_BATCH: usize = 1 << 14;
 
 /// The rows of an index, by key, in a file.
 pub struct Spill {
@@ -133,21 +134,25 @@ impl Spill {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let pending = std::mem::take(&mut self.pending);
-        self.write(|table| {
-            let mut buf = Vec::new();
-            let mut added = 0;
-            for (key, place) in pending {
-                encode(&key, &mut buf);
-                let before = table.insert(buf.as_slice(), place)?.map(|v| v.value());
-                match before {
-                    Some(first) => more.entry(key).or_insert_with(|| vec![first]).push(place),
-                    None => added += 1,
+        let mut pending = std::mem::take(&mut self.pending).into_iter().peekable();
+        while pending.peek().is_some() {
+            let chunk = pending.by_ref().take(SPILL_BATCH);
+            let added = self.write(|table| {
+                let mut buf = Vec::new();
+                let mut added = 0;
+                for (key, place) in chunk {
+                    encode(&key, &mut buf);
+                    let before = table.insert(buf.as_slice(), place)?.map(|v| v.value());
+                    match before {
+                        Some(first) => more.entry(key).or_insert_with(|| vec![first]).push(place),
+                        None => added += 1,
+                    }
                 }
-            }
-            Ok(added)
-        })
-        .map(|added| self.len += added)
+                Ok(added)
+            })?;
+            self.len += added;
+        }
+        Ok(())
     }
 
     /// The row of each of `keys` (`None`: not held).
@@ -182,18 +187,22 @@ impl Spill {
         more: &mut HashMap<Key, Vec<(u32, u64)>>,
     ) -> Result<()> {
         self.flush(more)?;
-        let removed = self.write(|table| {
-            let mut buf = Vec::new();
-            let mut removed = 0;
-            for k in keys {
-                encode(k, &mut buf);
-                if table.remove(buf.as_slice())?.is_some() {
-                    removed += 1;
+        let mut keys = keys.peekable();
+        while keys.peek().is_some() {
+            let chunk = keys.by_ref().take(SPILL_BATCH);
+            let removed = self.write(|table| {
+                let mut buf = Vec::new();
+                let mut removed = 0;
+                for k in chunk {
+                    encode(k, &mut buf);
+                    if table.remove(buf.as_slice())?.is_some() {
+                        removed += 1;
+                    }
                 }
-            }
-            Ok(removed)
-        })?;
-        self.len -= removed;
+                Ok(removed)
+            })?;
+            self.len -= removed;
+        }
         self.pending = rows;
         self.flush(more)
     }
