@@ -166,6 +166,24 @@ impl AvroDecoder {
         }
     }
 
+    /// The names of the fields of an Avro record key (its writer schema's, fetched by
+    /// [`Self::resolve`] like a record's), joined by `,`; `None` when `key` is not in the
+    /// registry's wire format or its schema is not a known record.
+    pub fn key_names(&self, key: &[u8]) -> Option<String> {
+        let (id, _) = self.split(key).ok()?;
+        match self.lock().ok()?.get(&id)? {
+            Writer::Known { arrow, .. } if !arrow.fields().is_empty() => Some(
+                arrow
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+            _ => None,
+        }
+    }
+
     /// The writer schema key (a Confluent id or a Glue UUID) and body of `record`.
     fn split<'a>(&self, record: &'a [u8]) -> std::result::Result<(u128, Cow<'a, [u8]>), String> {
         match self.source {

@@ -13,14 +13,20 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, AsArray, BooleanArray, RecordBatch, StructArray};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, RecordBatch, StringArray, StructArray,
+};
 use datafusion::arrow::compute::interleave;
 use datafusion::arrow::datatypes::{DataType, Schema};
 use serde_json::Value;
 
 use super::{Decoded, Group};
 use crate::error::{Error, Result};
-use crate::schema::changes::with_changes;
+use crate::schema::changes::{Changes, SOURCE_TABLE_COLUMN, with_change_columns, with_columns};
+
+/// Why an update or delete without a message key is not applied.
+pub const NO_KEY: &str = "an update or delete of a row whose source table has no primary key \
+     (the message has no key): which row it changes cannot be told";
 
 /// What one Debezium record says.
 #[derive(Debug, PartialEq)]
@@ -120,14 +126,27 @@ pub fn change(record: &[u8]) -> std::result::Result<Change, String> {
     }
 }
 
+/// What a record's message key says about its source table's key.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MessageKey {
+    /// No key: the source table has no primary key.
+    Absent,
+    /// A key floe cannot read the column names of.
+    Unknown,
+    /// The key columns' names, joined by `,`.
+    Names(String),
+}
+
 /// Decoded Avro envelopes (`before`, `after`, `op`, `source`, ...) as the rows they change:
-/// the fields of `after` (of `before` for a delete) as columns, with whether each deletes
-/// its key. Events floe does not apply join the errors, by their record's index.
-pub fn rows_of_envelopes(decoded: Decoded) -> Result<Decoded> {
+/// the fields of `after` (of `before` for a delete) as columns, then `__source_table` (the
+/// envelope's `source.table`, where it has one), with whether each deletes its key and, given
+/// the records' message keys (`keys`, by record index), the key columns' names. Events floe
+/// does not apply join the errors, by their record's index.
+pub fn rows_of_envelopes(decoded: Decoded, keys: Option<&[MessageKey]>) -> Result<Decoded> {
     let mut errors = decoded.errors;
     let mut groups = Vec::new();
     for group in decoded.groups {
-        let (group, bad) = rows_of(group)?;
+        let (group, bad) = rows_of(group, keys)?;
         errors.extend(bad);
         groups.extend(group);
     }
@@ -138,7 +157,7 @@ pub fn rows_of_envelopes(decoded: Decoded) -> Result<Decoded> {
 /// Records' errors: each record's index with why it was not applied.
 type Errors = Vec<(usize, String)>;
 
-fn rows_of(group: Group) -> Result<(Option<Group>, Errors)> {
+fn rows_of(group: Group, keys: Option<&[MessageKey]>) -> Result<(Option<Group>, Errors)> {
     let batch = &group.batch;
     let fail = |e: String| Error::Internal(format!("Debezium Avro events: {e}"));
     let envelope = |name: &str| {
@@ -197,6 +216,12 @@ fn rows_of(group: Group) -> Result<(Option<Group>, Errors)> {
             ));
             continue;
         }
+        if keys.is_some_and(|k| k[input] == MessageKey::Absent)
+            && matches!(op.value(row), "u" | "d")
+        {
+            bad.push((input, NO_KEY.to_string()));
+            continue;
+        }
         keep.push(row);
         sides.push((side, row));
         deletes.push(delete);
@@ -216,8 +241,33 @@ fn rows_of(group: Group) -> Result<(Option<Group>, Errors)> {
     };
     let schema = Arc::new(Schema::new(fields.clone()));
     let columns = rows.columns().to_vec();
-    let data = RecordBatch::try_new(schema, columns).map_err(|e| fail(e.to_string()))?;
-    let batch = with_changes(&data, Arc::new(BooleanArray::from(deletes)))?;
+    let mut data = RecordBatch::try_new(schema, columns).map_err(|e| fail(e.to_string()))?;
+    // The source table, for routing.
+    let tables = batch
+        .column_by_name("source")
+        .and_then(|s| s.as_struct_opt())
+        .and_then(|s| s.column_by_name("table"))
+        .and_then(|t| t.as_string_opt::<i32>());
+    if let Some(tables) = tables {
+        let kept: ArrayRef = Arc::new(StringArray::from_iter(
+            keep.iter()
+                .map(|&r| tables.is_valid(r).then(|| tables.value(r))),
+        ));
+        data = with_columns(
+            &data,
+            vec![(SOURCE_TABLE_COLUMN, DataType::Utf8, true, kept)],
+        )?;
+    }
+    let changes = Changes {
+        deletes: BooleanArray::from(deletes),
+        key_names: keys.map(|k| {
+            StringArray::from_iter(keep.iter().map(|&r| match &k[group.rows[r]] {
+                MessageKey::Names(n) => Some(n.as_str()),
+                _ => None,
+            }))
+        }),
+    };
+    let batch = with_change_columns(&data, &changes)?;
     let rows = keep.iter().map(|&r| group.rows[r]).collect();
     Ok((Some(Group { batch, rows }), bad))
 }
@@ -360,10 +410,13 @@ mod tests {
             &[None, Some(2), Some(3), None, None, None],
             &[Some(1), Some(2), None, None, None, Some(6)],
         );
-        let decoded = rows_of_envelopes(Decoded {
-            groups: vec![group],
-            errors: vec![(0, "earlier".into())],
-        })
+        let decoded = rows_of_envelopes(
+            Decoded {
+                groups: vec![group],
+                errors: vec![(0, "earlier".into())],
+            },
+            None,
+        )
         .unwrap();
         let g = &decoded.groups[0];
         assert_eq!(
@@ -395,10 +448,13 @@ mod tests {
     fn a_writer_schema_that_is_no_envelope_is_named() {
         let mut group = envelopes(&[Some("c")], &[None], &[Some(1)]);
         group.batch = group.batch.project(&[0, 1]).unwrap();
-        let decoded = rows_of_envelopes(Decoded {
-            groups: vec![group],
-            errors: vec![],
-        })
+        let decoded = rows_of_envelopes(
+            Decoded {
+                groups: vec![group],
+                errors: vec![],
+            },
+            None,
+        )
         .unwrap();
         assert!(decoded.groups.is_empty());
         assert!(

@@ -5,7 +5,8 @@
 //!                      source declares none, into columns inferred per record (see `schema::infer`)
 //! 'format' = 'csv'     one CSV line per record ('csv.delimiter', default ',')
 //! 'format' = 'raw'     the whole record into the one declared column (STRING or BYTES)
-//! 'format' = 'debezium-json'  Debezium change events into the declared columns, with
+//! 'format' = 'debezium-json'  Debezium change events into the declared columns (or
+//!                      inferred ones, with their source table and key columns), with
 //!                      whether each deletes its row (see `debezium`)
 //! ```
 //!
@@ -291,7 +292,21 @@ impl Decoder {
                     .collect();
                 let these: Vec<&[u8]> = kept.iter().map(|&i| records[i]).collect();
                 avro.resolve(&these).await?;
-                let mut decoded = debezium::rows_of_envelopes(avro.decode(&these)?)?;
+                // The message keys name the key columns: Avro records in the registry, or JSON.
+                let names = match keys {
+                    None => None,
+                    Some(keys) => {
+                        let framed: Vec<&[u8]> = kept.iter().filter_map(|&i| keys[i]).collect();
+                        avro.resolve(&framed).await?;
+                        Some(
+                            kept.iter()
+                                .map(|&i| message_key(avro, keys[i]))
+                                .collect::<Vec<_>>(),
+                        )
+                    }
+                };
+                let decoded = avro.decode(&these)?;
+                let mut decoded = debezium::rows_of_envelopes(decoded, names.as_deref())?;
                 for group in &mut decoded.groups {
                     for row in &mut group.rows {
                         *row = kept[*row];
@@ -319,6 +334,21 @@ impl Decoder {
             });
         };
         decode_shapes(self.format, inference, records)
+    }
+}
+
+/// What a Debezium Avro record's message key says (see [`debezium::MessageKey`]).
+fn message_key(avro: &AvroDecoder, key: Option<&[u8]>) -> debezium::MessageKey {
+    use debezium::MessageKey;
+    match key {
+        None => MessageKey::Absent,
+        Some(k) => match avro
+            .key_names(k)
+            .or_else(|| debezium::key_names(k).ok().flatten())
+        {
+            Some(names) => MessageKey::Names(names),
+            None => MessageKey::Unknown,
+        },
     }
 }
 
@@ -406,12 +436,7 @@ fn decode_inferred_changes(
             }
         };
         if key.is_none() && existing {
-            errors.push((
-                i,
-                "an update or delete of a row whose source table has no primary key (the \
-                 message has no key): which row it changes cannot be told"
-                    .to_string(),
-            ));
+            errors.push((i, debezium::NO_KEY.to_string()));
             continue;
         }
         rows.push(json);

@@ -421,3 +421,107 @@ def test_a_whole_database_routed_by_source_table_with_a_schema_change_and_kills(
     errors = sorted(l["error"] for l in letters)
     assert sum("no primary key" in e for e in errors) == 1, errors
     assert sum("primary key (sku)" in e for e in errors) == 3, errors
+
+
+def avro_envelope(table: str, value: dict) -> dict:
+    """Debezium's Avro envelope for rows of `value` (a record schema) of `table`."""
+    ns = f"dbserver1.inventory.{table}"
+    return {
+        "type": "record", "name": "Envelope", "namespace": ns,
+        "fields": [
+            {"name": "before", "type": ["null", value], "default": None},
+            {"name": "after", "type": ["null", f"{ns}.{value['name']}"], "default": None},
+            {"name": "source", "type": {"type": "record", "name": "Source", "namespace": "io.debezium",
+                                        "fields": [{"name": "db", "type": "string"},
+                                                   {"name": "table", "type": "string"}]}},
+            {"name": "op", "type": "string"},
+        ],
+    }
+
+
+def test_a_whole_database_of_debezium_avro_is_routed_by_source_table(
+    kafka, floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+):
+    """The same with Debezium's Avro converter: keys and values are Avro records in the
+    registry; each table is created keyed by its message keys' fields, and a new version of
+    one table's value schema (a column added) evolves it."""
+    from test_avro import encode, load_fixture, register
+
+    opt = lambda n, t: {"name": n, "type": ["null", t], "default": None}  # noqa: E731
+    customer_v1 = {"type": "record", "name": "Value", "fields": [
+        {"name": "id", "type": "long"}, opt("name", "string")]}
+    customer_v2 = {"type": "record", "name": "Value", "fields": [
+        {"name": "id", "type": "long"}, opt("name", "string"), opt("email", "string")]}
+    order_value = {"type": "record", "name": "Value", "fields": [
+        {"name": "order_id", "type": "long"}, opt("amount", "double")]}
+    keys = {"customers": {"type": "record", "name": "Key", "fields": [{"name": "id", "type": "long"}]},
+            "orders": {"type": "record", "name": "Key", "fields": [{"name": "order_id", "type": "long"}]}}
+    registry = load_fixture().serve("127.0.0.1", 0, None)
+    url = f"http://127.0.0.1:{registry.server_address[1]}"
+    prefix = f"adb_{uuid.uuid4().hex[:8]}"
+    try:
+        topics = {t: create_topic(kafka, 2, f"{prefix}.inventory.{t}") for t in keys}
+        ids = {
+            ("customers", 1): register(url, "customers-value-1", avro_envelope("customers", customer_v1)),
+            ("customers", 2): register(url, "customers-value-2", avro_envelope("customers", customer_v2)),
+            ("orders", 1): register(url, "orders-value", avro_envelope("orders", order_value)),
+        }
+        key_ids = {t: register(url, f"{t}-key", s) for t, s in keys.items()}
+        rng = random.Random(11)
+        state: dict[str, dict[int, dict]] = {"customers": {}, "orders": {}}
+        prod = Producer(kafka)
+        n = 4_000
+        for step in range(n):
+            table = rng.choice(["customers", "orders"])
+            k = rng.randrange(300)
+            name = "id" if table == "customers" else "order_id"
+            version = 2 if table == "customers" and step >= n // 2 else 1
+            schema = avro_envelope(table, customer_v2 if version == 2 else
+                                   (customer_v1 if table == "customers" else order_value))
+            if table == "customers":
+                row = {"id": k, "name": f"c{step}"} | ({"email": f"{k}@{step}"} if version == 2 else {})
+            else:
+                row = {"order_id": k, "amount": step * 0.5}
+            source = {"db": "inventory", "table": table}
+            key = encode(key_ids[table], keys[table], {name: k})
+            rows = state[table]
+            if k in rows and rng.random() < 0.2:
+                event = {"before": rows.pop(k), "after": None, "source": source, "op": "d"}
+                prod.send(topics[table], encode(ids[(table, version)], schema, event), key=key)
+                prod.send(topics[table], None, key=key)
+            else:
+                op = "u" if k in rows else "c"
+                event = {"before": None, "after": row, "source": source, "op": op}
+                prod.send(topics[table], encode(ids[(table, version)], schema, event), key=key)
+                rows[k] = row
+        prod.flush()
+        opts = {
+            "connector": "kafka", "topic-pattern": f"{prefix}\\.inventory\\..*",
+            "properties.bootstrap.servers": kafka,
+            "format": "debezium-avro-confluent", "debezium-avro-confluent.url": url,
+            "scan.bounded.mode": "latest-offset",
+        }
+        body = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in opts.items())
+        run_floe_in(
+            floe_bin, tmp_path, lake.ddl(),
+            "CREATE SCHEMA lake.mirror",
+            f"CREATE SOURCE inventory WITH ({body})",
+            "SET 'checkpoint.interval' = '200ms'",
+            "SET 'table.dml-sync' = 'true'",
+            "INSERT INTO lake.mirror SELECT * FROM inventory ROUTE BY __source_table",
+        )
+    finally:
+        registry.shutdown()
+    catalog = lake.pyiceberg()
+    assert sorted(t[1] for t in catalog.list_tables("mirror")) == ["customers", "orders"]
+    for table, key in (("customers", "id"), ("orders", "order_id")):
+        t = catalog.load_table(f"mirror.{table}")
+        schema = t.schema()
+        assert [schema.find_field(i).name for i in schema.identifier_field_ids] == [key], table
+        columns = [f.name for f in schema.fields]
+        want = sorted(tuple(r.get(c) for c in columns) for r in state[table].values())
+        got = sorted(tuple(r[c] for c in columns) for r in t.scan().to_arrow().to_pylist())
+        assert got == want, f"{table}: not the source's final state"
+        n = duck.execute(f"SELECT count(*) FROM iceberg_scan('{t.metadata_location}')").fetchone()[0]
+        assert n == len(want), (table, n)
+    assert catalog.load_table("mirror.customers").schema().find_field("email") is not None
