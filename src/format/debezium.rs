@@ -266,6 +266,7 @@ fn rows_of(group: Group, keys: Option<&[MessageKey]>) -> Result<(Option<Group>, 
                 _ => None,
             }))
         }),
+        seq: None,
     };
     let batch = with_change_columns(&data, &changes)?;
     let rows = keep.iter().map(|&r| group.rows[r]).collect();

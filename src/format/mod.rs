@@ -463,6 +463,7 @@ fn decode_inferred_changes(
             key_names: Some(StringArray::from_iter(
                 group.rows.iter().map(|j| of(j).key.as_deref()),
             )),
+            seq: None,
         };
         group.batch = with_change_columns(&rows, &changes)?;
         group.rows = group.rows.iter().map(|j| of(j).input).collect();

@@ -14,9 +14,11 @@
 //! and the key index that finds them (`lake::key_index`) is rebuilt from it whenever it
 //! does not reflect the snapshot committed on.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array,
+};
 use datafusion::arrow::compute::{filter_record_batch, take_record_batch};
 use datafusion::arrow::datatypes::{DataType, Int32Type, Int64Type};
 use datafusion::arrow::error::ArrowError;
@@ -126,13 +128,15 @@ pub fn last_per_key(batch: &RecordBatch, keys: &[String]) -> Result<RecordBatch>
         .map_err(|e| Error::Internal(format!("keeping the last row of each key: {e}")))
 }
 
-/// The last change of each key among a checkpoint's `batches` (in order; `deletes` says
-/// which rows of each delete their key): the rows to write (keys whose last change is not a
-/// delete), batch by batch without joining them, and the key columns of the keys whose last
-/// change is (`None` when there are none).
+/// The last change of each key among a checkpoint's `batches` (`deletes` says which rows
+/// of each delete their key): last in `seqs` order where every batch has one (a source's
+/// offsets: its rows came in groups, not in order), else in the batches' order. The rows to
+/// write (keys whose last change is not a delete), batch by batch without joining them, and
+/// the key columns of the keys whose last change is (`None` when there are none).
 pub fn last_changes(
     batches: &[RecordBatch],
     deletes: &[BooleanArray],
+    seqs: &[Option<Int64Array>],
     keys: &[String],
 ) -> Result<(Vec<RecordBatch>, Option<RecordBatch>)> {
     let fail = |e: ArrowError| Error::Internal(format!("a checkpoint's changes: {e}"));
@@ -141,13 +145,33 @@ pub fn last_changes(
         .iter()
         .map(|b| converter.of(b))
         .collect::<Result<_>>()?;
-    // The last row of each key, found from the end.
-    let mut seen: HashSet<&Key> = HashSet::new();
     let mut last: Vec<Vec<bool>> = all.iter().map(|k| vec![false; k.len()]).collect();
-    for (b, ks) in all.iter().enumerate().rev() {
-        for (r, k) in ks.iter().enumerate().rev() {
-            if seen.insert(k) {
-                last[b][r] = true;
+    let ordered: Option<Vec<&Int64Array>> = (seqs.len() == batches.len())
+        .then(|| seqs.iter().map(Option::as_ref).collect())
+        .flatten();
+    if let Some(seqs) = ordered {
+        // The highest sequence of each key (the later batch on a tie).
+        let mut best: HashMap<&Key, (i64, usize, usize)> = HashMap::new();
+        for (b, ks) in all.iter().enumerate() {
+            for (r, k) in ks.iter().enumerate() {
+                let seq = seqs[b].value(r);
+                let entry = best.entry(k).or_insert((seq, b, r));
+                if seq >= entry.0 {
+                    *entry = (seq, b, r);
+                }
+            }
+        }
+        for (_, b, r) in best.into_values() {
+            last[b][r] = true;
+        }
+    } else {
+        // The last row of each key, found from the end.
+        let mut seen: HashSet<&Key> = HashSet::new();
+        for (b, ks) in all.iter().enumerate().rev() {
+            for (r, k) in ks.iter().enumerate().rev() {
+                if seen.insert(k) {
+                    last[b][r] = true;
+                }
             }
         }
     }
@@ -441,7 +465,9 @@ mod tests {
             BooleanArray::from(vec![false, false, true]),
             BooleanArray::from(vec![true, false, false]),
         ];
-        let (upserts, deleted) = last_changes(&[a, b], &deletes, &["id".to_string()]).unwrap();
+        let keys = ["id".to_string()];
+        let (upserts, deleted) =
+            last_changes(&[a.clone(), b.clone()], &deletes, &[], &keys).unwrap();
         let values: Vec<String> = upserts
             .iter()
             .flat_map(|u| {
@@ -458,6 +484,28 @@ mod tests {
             .to_vec();
         assert_eq!(ids, [3, 2]);
         assert_eq!(deleted.num_columns(), 1, "the key columns only");
+        // The same batches with their records' offsets: b's changes of 1 and 2 came first
+        // (their rows were decoded in another group), so a's win for them.
+        let seqs = [
+            Some(Int64Array::from(vec![10, 11, 12])),
+            Some(Int64Array::from(vec![5, 6, 13])),
+        ];
+        let (upserts, deleted) = last_changes(&[a, b], &deletes, &seqs, &keys).unwrap();
+        let values: Vec<String> = upserts
+            .iter()
+            .flat_map(|u| {
+                let v = u.column(2).as_string::<i32>().clone();
+                (0..u.num_rows()).map(move |i| v.value(i).to_string())
+            })
+            .collect();
+        assert_eq!(values, ["x1", "y1", "w1"]);
+        let ids = deleted
+            .unwrap()
+            .column(0)
+            .as_primitive::<Int64Type>()
+            .values()
+            .to_vec();
+        assert_eq!(ids, [3]);
     }
 
     #[test]

@@ -10,8 +10,10 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, AsArray, BooleanArray, RecordBatch, StringArray};
-use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::array::{
+    ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, StringArray,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
 
 use crate::error::{Error, Result};
 
@@ -22,12 +24,17 @@ pub const CHANGE_COLUMN: &str = "__floe_delete";
 /// stream does not say, or the source table has no key).
 pub const KEY_NAMES_COLUMN: &str = "__floe_key";
 
+/// The column ordering a change stream's changes of one key (a Kafka offset: a key's changes
+/// are all in one partition), where the source can say: rows decoded in groups (one per
+/// record shape or writer schema) reach a sink out of their records' order.
+pub const SEQ_COLUMN: &str = "__floe_seq";
+
 /// The source table of each change (Debezium's `source.table`), for routing.
 pub const SOURCE_TABLE_COLUMN: &str = "__source_table";
 
 /// Whether `name` is one of the trailing change columns (not one of the query's).
 pub fn is_change_column(name: &str) -> bool {
-    name == CHANGE_COLUMN || name == KEY_NAMES_COLUMN
+    name == CHANGE_COLUMN || name == KEY_NAMES_COLUMN || name == SEQ_COLUMN
 }
 
 /// What a change stream's rows change: whether each deletes its key, and the names of its
@@ -36,6 +43,8 @@ pub fn is_change_column(name: &str) -> bool {
 pub struct Changes {
     pub deletes: BooleanArray,
     pub key_names: Option<StringArray>,
+    /// The order of the changes of one key ([`SEQ_COLUMN`]), where the source says.
+    pub seq: Option<Int64Array>,
 }
 
 impl Changes {
@@ -49,6 +58,10 @@ impl Changes {
             deletes: take(&self.deletes)?.as_boolean().clone(),
             key_names: match &self.key_names {
                 Some(k) => Some(take(k)?.as_string::<i32>().clone()),
+                None => None,
+            },
+            seq: match &self.seq {
+                Some(s) => Some(take(s)?.as_primitive::<Int64Type>().clone()),
                 None => None,
             },
         })
@@ -87,6 +100,9 @@ pub fn with_change_columns(rows: &RecordBatch, changes: &Changes) -> Result<Reco
     if let Some(k) = &changes.key_names {
         extra.push((KEY_NAMES_COLUMN, DataType::Utf8, true, Arc::new(k.clone())));
     }
+    if let Some(s) = &changes.seq {
+        extra.push((SEQ_COLUMN, DataType::Int64, false, Arc::new(s.clone())));
+    }
     with_columns(rows, extra)
 }
 
@@ -115,13 +131,22 @@ pub fn split_changes(batch: RecordBatch) -> Result<(RecordBatch, Option<Changes>
     let deletes = batch.column(i).as_boolean().clone();
     let k = schema.index_of(KEY_NAMES_COLUMN).ok();
     let key_names = k.map(|k| batch.column(k).as_string::<i32>().clone());
+    let q = schema.index_of(SEQ_COLUMN).ok();
+    let seq = q.map(|q| batch.column(q).as_primitive::<Int64Type>().clone());
     let keep: Vec<usize> = (0..batch.num_columns())
-        .filter(|&c| c != i && Some(c) != k)
+        .filter(|&c| c != i && Some(c) != k && Some(c) != q)
         .collect();
     let rows = batch
         .project(&keep)
         .map_err(|e| Error::Internal(format!("a change stream's rows: {e}")))?;
-    Ok((rows, Some(Changes { deletes, key_names })))
+    Ok((
+        rows,
+        Some(Changes {
+            deletes,
+            key_names,
+            seq,
+        }),
+    ))
 }
 
 /// `batch` without [`SOURCE_TABLE_COLUMN`], which is the query's to route by, not a table's.
@@ -160,6 +185,7 @@ mod tests {
         // With key names, through a query that kept the second row twice.
         let keyed = Changes {
             key_names: Some(StringArray::from(vec![Some("id"), None])),
+            seq: Some(Int64Array::from(vec![7, 3])),
             ..changes
         };
         let with = with_change_columns(&rows, &keyed).unwrap();
@@ -170,5 +196,6 @@ mod tests {
             .unwrap();
         assert_eq!(taken.deletes, BooleanArray::from(vec![true, true, false]));
         assert_eq!(taken.distinct_key_names(), vec![None, Some("id")]);
+        assert_eq!(taken.seq.unwrap(), Int64Array::from(vec![3, 3, 7]));
     }
 }

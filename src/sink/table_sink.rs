@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use datafusion::arrow::array::{BooleanArray, RecordBatch};
+use datafusion::arrow::array::{BooleanArray, Int64Array, RecordBatch};
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{DataType, Schema as ArrowSchema, SchemaRef};
 use iceberg::Catalog;
@@ -126,8 +126,10 @@ pub struct TableSink {
     /// of each key is written (see `lake::upsert`). When the schema evolves, the rows held
     /// are conformed to the new one ([`Self::conform_held`]).
     keys: Vec<String>,
-    /// For a table with a primary key: whether each row of `pending` deletes its key.
+    /// For a table with a primary key: whether each row of `pending` deletes its key, and
+    /// the order of its key's changes where the source says (see `schema::changes`).
     deletes: Vec<BooleanArray>,
+    seqs: Vec<Option<Int64Array>>,
     /// When `base` was loaded or committed.
     loaded: Instant,
     /// The staged schema and its Arrow form.
@@ -238,6 +240,7 @@ impl TableSink {
             catalog: catalog.clone(),
             keys,
             deletes: Vec::new(),
+            seqs: Vec::new(),
             staged: table.clone(),
             base: table,
             committing: None,
@@ -334,7 +337,10 @@ impl TableSink {
         if let Some(c) = &changes {
             self.check_key(c)?;
         }
-        let deletes = changes.map(|c| c.deletes);
+        let (deletes, seq) = match changes {
+            Some(c) => (Some(c.deletes), c.seq),
+            None => (None, None),
+        };
         if let Some(d) = &deletes
             && self.keys.is_empty()
             && d.true_count() > 0
@@ -360,6 +366,7 @@ impl TableSink {
         if !self.keys.is_empty() {
             self.deletes
                 .push(deletes.unwrap_or_else(|| BooleanArray::from(vec![false; n])));
+            self.seqs.push(seq);
         }
         self.rows += n as u64;
         self.pending_rows += n;
@@ -616,7 +623,8 @@ impl TableSink {
         if !self.keys.is_empty() && !self.pending.is_empty() {
             let pending = self.take_pending();
             let deletes = std::mem::take(&mut self.deletes);
-            let (upserts, deleted) = upsert::last_changes(&pending, &deletes, &self.keys)?;
+            let seqs = std::mem::take(&mut self.seqs);
+            let (upserts, deleted) = upsert::last_changes(&pending, &deletes, &seqs, &self.keys)?;
             drop(pending);
             if let Some(keys) = deleted {
                 deleted_keys.push(upsert::write_keys(&self.staged, &keys).await?);

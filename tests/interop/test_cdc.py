@@ -6,6 +6,7 @@ key, and the table read by pyiceberg, DuckDB and floe must equal it."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import threading
@@ -362,7 +363,7 @@ def test_a_whole_database_routed_by_source_table_with_a_schema_change_and_kills(
     message keys), one evolving mid-stream, killed while the changes arrive. Every keyed
     table equals its source's final state key by key (pyiceberg, DuckDB), the keyless table
     holds its inserts, and what cannot be applied is a dead letter."""
-    seed = random.randrange(1 << 30)
+    seed = int(os.environ.get("FLOE_TEST_SEED") or random.randrange(1 << 30))
     print(f"seed: {seed}")
     rng = random.Random(seed)
     messages, state, audit, dead = database_changes(rng, 30_000)

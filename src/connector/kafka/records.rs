@@ -19,7 +19,7 @@ use crate::connector::{BadRecord, RecordOrigins, source_rows};
 use crate::error::Reject;
 use crate::error::Result;
 use crate::format::Decoder;
-use crate::schema::changes::with_changes;
+use crate::schema::changes::{split_changes, with_change_columns, with_changes};
 
 /// One message, copied out of librdkafka.
 #[derive(Debug, Clone)]
@@ -98,6 +98,16 @@ pub async fn decode(
                     .map(|&j| Some(keys.contains_key(&good[j]))),
             );
             group.batch = with_changes(&group.batch, Arc::new(deletes))?;
+        }
+    }
+    // A key's changes are ordered by their offsets (they are all in one partition): the
+    // groups the records decode into (one per shape or writer schema) are not in order.
+    for group in &mut decoded.groups {
+        let (rows, changes) = split_changes(group.batch.clone())?;
+        if let Some(mut changes) = changes {
+            let offsets = group.rows.iter().map(|&j| raw[good[j]].offset);
+            changes.seq = Some(Int64Array::from_iter_values(offsets));
+            group.batch = with_change_columns(&rows, &changes)?;
         }
     }
     for (j, e) in &decoded.errors {
