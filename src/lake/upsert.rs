@@ -456,6 +456,17 @@ mod tests {
         assert_eq!(got, ["y1", "z1", "y2", "x3"]);
     }
 
+    /// The third column's values of `batches`, in order.
+    fn values_of(batches: &[RecordBatch]) -> Vec<String> {
+        batches
+            .iter()
+            .flat_map(|u| {
+                let v = u.column(2).as_string::<i32>().clone();
+                (0..u.num_rows()).map(move |i| v.value(i).to_string())
+            })
+            .collect()
+    }
+
     #[test]
     fn the_last_change_of_each_key_across_batches_wins() {
         let a = batch(&[1, 2, 3], &["a", "a", "a"], &["x1", "y1", "z1"]);
@@ -468,13 +479,7 @@ mod tests {
         let keys = ["id".to_string()];
         let (upserts, deleted) =
             last_changes(&[a.clone(), b.clone()], &deletes, &[], &keys).unwrap();
-        let values: Vec<String> = upserts
-            .iter()
-            .flat_map(|u| {
-                let v = u.column(2).as_string::<i32>().clone();
-                (0..u.num_rows()).map(move |i| v.value(i).to_string())
-            })
-            .collect();
+        let values = values_of(&upserts);
         assert_eq!(values, ["x2", "w1"]);
         let deleted = deleted.unwrap();
         let ids = deleted
@@ -491,13 +496,7 @@ mod tests {
             Some(Int64Array::from(vec![5, 6, 13])),
         ];
         let (upserts, deleted) = last_changes(&[a, b], &deletes, &seqs, &keys).unwrap();
-        let values: Vec<String> = upserts
-            .iter()
-            .flat_map(|u| {
-                let v = u.column(2).as_string::<i32>().clone();
-                (0..u.num_rows()).map(move |i| v.value(i).to_string())
-            })
-            .collect();
+        let values = values_of(&upserts);
         assert_eq!(values, ["x1", "y1", "w1"]);
         let ids = deleted
             .unwrap()
