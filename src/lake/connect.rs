@@ -333,10 +333,18 @@ async fn create_sqlite_wal(uri: &str) -> Result<()> {
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
         .connect()
-        .await
-        .map_err(|e| Error::Option(format!("cannot create the catalog database {path}: {e}")))?;
-    let _ = sqlx::Connection::close(conn).await;
-    Ok(())
+        .await;
+    match conn {
+        Ok(conn) => {
+            let _ = sqlx::Connection::close(conn).await;
+            Ok(())
+        }
+        // Another process created it meanwhile (and holds it): it keeps its journal mode.
+        Err(_) if Path::new(path).exists() => Ok(()),
+        Err(e) => Err(Error::Option(format!(
+            "cannot create the catalog database {path}: {e}"
+        ))),
+    }
 }
 
 /// Connect once to a PostgreSQL catalog database, so that a wrong address fails in seconds
