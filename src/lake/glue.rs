@@ -235,6 +235,25 @@ fn no_namespace(namespace: &[impl AsRef<str>]) -> Error {
     )
 }
 
+/// Every item of a paged Glue listing: `fetch` is given the page token (none for the first
+/// page) and gives the page's items and the next token.
+async fn all_pages<T, F, Fut>(mut fetch: F) -> Result<Vec<T>>
+where
+    F: FnMut(Option<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<T>, Option<String>)>>,
+{
+    let mut out = Vec::new();
+    let mut token = None;
+    loop {
+        let (items, next) = fetch(token).await?;
+        out.extend(items);
+        match next {
+            Some(t) => token = Some(t),
+            None => return Ok(out),
+        }
+    }
+}
+
 fn code<E: aws_sdk_glue::error::ProvideErrorMetadata>(
     e: &aws_sdk_glue::error::SdkError<E>,
 ) -> Option<&str> {
@@ -251,9 +270,7 @@ impl Catalog for GlueCatalog {
         if parent.is_some() {
             return Ok(Vec::new());
         }
-        let mut out = Vec::new();
-        let mut token = None;
-        loop {
+        all_pages(|token| async move {
             let page = self
                 .glue
                 .client
@@ -263,16 +280,14 @@ impl Catalog for GlueCatalog {
                 .send()
                 .await
                 .map_err(|e| self.glue.error("listing namespaces", e))?;
-            out.extend(
-                page.database_list()
-                    .iter()
-                    .map(|db| NamespaceIdent::new(db.name().to_string())),
-            );
-            token = page.next_token;
-            if token.is_none() {
-                return Ok(out);
-            }
-        }
+            let names = page
+                .database_list()
+                .iter()
+                .map(|db| NamespaceIdent::new(db.name().to_string()))
+                .collect();
+            Ok((names, page.next_token))
+        })
+        .await
     }
 
     async fn create_namespace(
@@ -369,9 +384,7 @@ impl Catalog for GlueCatalog {
 
     async fn list_tables(&self, namespace: &NamespaceIdent) -> Result<Vec<TableIdent>> {
         let db = database_of(namespace)?;
-        let mut out = Vec::new();
-        let mut token = None;
-        loop {
+        all_pages(|token| async move {
             let page = self
                 .glue
                 .client
@@ -386,17 +399,15 @@ impl Catalog for GlueCatalog {
                 Err(e) if is_not_found(&e) => return Err(no_namespace(&[db])),
                 Err(e) => return Err(self.glue.error(&format!("listing namespace {db}"), e)),
             };
-            out.extend(
-                page.table_list()
-                    .iter()
-                    .filter(|t| metadata_location(t).is_some())
-                    .map(|t| TableIdent::new(namespace.clone(), t.name().to_string())),
-            );
-            token = page.next_token;
-            if token.is_none() {
-                return Ok(out);
-            }
-        }
+            let tables = page
+                .table_list()
+                .iter()
+                .filter(|t| metadata_location(t).is_some())
+                .map(|t| TableIdent::new(namespace.clone(), t.name().to_string()))
+                .collect();
+            Ok((tables, page.next_token))
+        })
+        .await
     }
 
     async fn create_table(

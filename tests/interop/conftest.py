@@ -152,7 +152,8 @@ def sql_values(rows: Iterable[dict[str, Any]], columns: Sequence[str]) -> str:
     return ", ".join("(" + ", ".join(sql_literal(r[c]) for c in columns) + ")" for r in rows)
 
 
-def catalog_props_sql(props: dict[str, str]) -> str:
+def options_sql(props: dict[str, str]) -> str:
+    """A WITH (...) option bag's body: 'key' = 'value', ..."""
     return ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in props.items())
 
 
@@ -181,7 +182,7 @@ class SqlLake:
             "uri": f"sqlite:{self.db}",
             "warehouse": str(self.warehouse),
         }
-        return f"CREATE CATALOG {self.name} WITH ({catalog_props_sql(props)})"
+        return f"CREATE CATALOG {self.name} WITH ({options_sql(props)})"
 
     def pyiceberg(self):
         from pyiceberg.catalog.sql import SqlCatalog
@@ -231,6 +232,24 @@ def duck(tmp_path: Path):
     con.close()
 
 
+MOTO_URI = os.environ.get("FLOE_MOTO", "http://127.0.0.1:5000")
+MOTO_REGION = "us-east-1"
+MOTO_KEY = "testing"
+
+
+def glue_client():
+    """boto3's Glue client on moto (the Data Catalog and the Schema Registry)."""
+    import boto3
+
+    return boto3.client(
+        "glue",
+        endpoint_url=MOTO_URI,
+        region_name=MOTO_REGION,
+        aws_access_key_id=MOTO_KEY,
+        aws_secret_access_key=MOTO_KEY,
+    )
+
+
 def rest_catalog_props() -> dict[str, str]:
     return {
         "uri": REST_URI,
@@ -260,7 +279,7 @@ def drop_rest_namespace(catalog, ns: str, tables: Sequence[str]) -> None:
 
 def rest_catalog_ddl(name: str = "rest") -> str:
     props = {"type": "iceberg", "catalog-type": "rest", **rest_catalog_props()}
-    return f"CREATE CATALOG {name} WITH ({catalog_props_sql(props)})"
+    return f"CREATE CATALOG {name} WITH ({options_sql(props)})"
 
 
 def rest_server_answers() -> bool:

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import pytest
 
-from conftest import START_SERVERS_MSG, SqlLake, sql_str
+from conftest import START_SERVERS_MSG, SqlLake, options_sql
 
 KINESIS = os.environ.get("FLOE_KINESIS", "http://127.0.0.1:4567")
 REGION = "us-east-1"
@@ -150,7 +150,7 @@ def source_ddl(name: str, stream: str, columns: str, **options: str) -> str:
         "format": "json",
     }
     props.update({k.replace("__", "-").replace("_", "."): v for k, v in options.items()})
-    body = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in props.items())
+    body = options_sql(props)
     return f"CREATE SOURCE {name} ({columns}) WITH ({body})"
 
 

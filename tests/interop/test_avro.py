@@ -21,7 +21,7 @@ from pathlib import Path
 
 import fastavro
 
-from conftest import MetricsJob, SqlLake, free_port, sql_str
+from conftest import MetricsJob, SqlLake, free_port, options_sql
 from test_kafka import Producer, create_topic, kafka  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,7 +112,7 @@ def avro_source(topic: str, bootstrap: str, url: str | None, columns: str = "", 
         "scan.bounded.mode": "latest-offset",
         **extra,
     }
-    body = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in options.items())
+    body = options_sql(options)
     return f"CREATE SOURCE orders {columns} WITH ({body})"
 
 
@@ -249,11 +249,9 @@ def test_avro_in_the_glue_wire_format_with_the_glue_registry(kafka, floe_bin, tm
     import os
     import zlib
 
-    import boto3
+    from conftest import MOTO_URI as moto, glue_client
 
-    moto = os.environ.get("FLOE_MOTO", "http://127.0.0.1:5000")
-    aws = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "region_name": "us-east-1"}
-    glue = boto3.client("glue", endpoint_url=moto, **aws)
+    glue = glue_client()
     registry = f"reg-{uuid.uuid4().hex[:8]}"
     glue.create_registry(RegistryName=registry)
     v1 = glue.create_schema(

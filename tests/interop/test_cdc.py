@@ -14,8 +14,8 @@ import time
 import uuid
 from pathlib import Path
 
-from conftest import SqlLake, run_floe_in
-from test_kafka import Producer, create_topic, kafka, sql_str  # noqa: F401 (fixture)
+from conftest import SqlLake, options_sql, run_floe_in
+from test_kafka import Producer, create_topic, kafka  # noqa: F401 (fixture)
 
 KEYS = 100_000
 
@@ -71,7 +71,7 @@ def job(lake: SqlLake, topic: str, bootstrap: str) -> str:
         "scan.startup.mode": "earliest-offset",
         "scan.bounded.mode": "latest-offset",
     }
-    body = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in opts.items())
+    body = options_sql(opts)
     return ";\n".join([
         lake.ddl(),
         "CREATE SCHEMA IF NOT EXISTS lake.shop",
@@ -182,7 +182,7 @@ def test_an_upsert_topic_keeps_the_last_value_of_each_key_and_tombstones_delete(
         "connector": "kafka", "topic": topic, "properties.bootstrap.servers": kafka,
         "format": "json", "scan.upsert": "true", "scan.bounded.mode": "latest-offset",
     }
-    body = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in opts.items())
+    body = options_sql(opts)
     work = tmp_path / "job"
     work.mkdir()
     (work / "job.sql").write_text(";\n".join([
@@ -270,7 +270,7 @@ def test_debezium_avro_through_the_registry_is_applied_by_key(
             "format": "debezium-avro-confluent", "debezium-avro-confluent.url": url,
             "scan.bounded.mode": "latest-offset",
         }
-        body = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in opts.items())
+        body = options_sql(opts)
         run_floe_in(
             floe_bin, tmp_path, lake.ddl(),
             "CREATE SCHEMA lake.shop",
@@ -379,7 +379,7 @@ def test_a_whole_database_routed_by_source_table_with_a_schema_change_and_kills(
         "scan.startup.mode": "earliest-offset",
         "scan.bounded.mode": "latest-offset",
     }
-    body = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in opts.items())
+    body = options_sql(opts)
     work = tmp_path / "job"
     work.mkdir()
     (work / "job.sql").write_text(";\n".join([
@@ -502,7 +502,7 @@ def test_a_whole_database_of_debezium_avro_is_routed_by_source_table(
             "format": "debezium-avro-confluent", "debezium-avro-confluent.url": url,
             "scan.bounded.mode": "latest-offset",
         }
-        body = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in opts.items())
+        body = options_sql(opts)
         run_floe_in(
             floe_bin, tmp_path, lake.ddl(),
             "CREATE SCHEMA lake.mirror",

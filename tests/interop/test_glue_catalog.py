@@ -18,42 +18,30 @@ from typing import Any
 import pytest
 
 from conftest import (
+    MOTO_KEY,
+    MOTO_REGION,
+    MOTO_URI,
     S3_ACCESS_KEY,
     S3_ENDPOINT,
     S3_REGION,
     S3_SECRET_KEY,
     START_SERVERS_MSG,
-    catalog_props_sql,
+    glue_client,
     norm_int,
     normalize_rows,
+    options_sql,
     paused_before_commit,
     run_floe_in,
     sql_values,
 )
 from test_postgres_catalog import COLUMNS, ROWS_1, ROWS_2, TABLE_DDL, TYPES
-from test_routing import ROUTED_JOB, ROWS, kill_runs, run_to_end
-
-GLUE_ENDPOINT = os.environ.get("FLOE_MOTO", "http://127.0.0.1:5000")
-GLUE_REGION = "us-east-1"
-GLUE_KEY = "testing"
-
-def glue_client():
-    import boto3
-
-    return boto3.client(
-        "glue",
-        endpoint_url=GLUE_ENDPOINT,
-        region_name=GLUE_REGION,
-        aws_access_key_id=GLUE_KEY,
-        aws_secret_access_key=GLUE_KEY,
-    )
-
+from test_routing import ROWS, kill_runs, run_to_end, write_job
 
 def require_glue() -> None:
     """Fail (never skip) when moto or SeaweedFS is not running."""
     import urllib.request
 
-    for what, url in (("moto (Glue)", f"{GLUE_ENDPOINT}/moto-api/"), ("SeaweedFS (S3)", S3_ENDPOINT)):
+    for what, url in (("moto (Glue)", f"{MOTO_URI}/moto-api/"), ("SeaweedFS (S3)", S3_ENDPOINT)):
         try:
             urllib.request.urlopen(url, timeout=3).close()
         except urllib.error.HTTPError:
@@ -74,10 +62,10 @@ class GlueLake:
             "type": "iceberg",
             "catalog-type": "glue",
             "warehouse": self.warehouse,
-            "glue.endpoint": GLUE_ENDPOINT,
-            "glue.region": GLUE_REGION,
-            "glue.access-key-id": GLUE_KEY,
-            "glue.secret-access-key": GLUE_KEY,
+            "glue.endpoint": MOTO_URI,
+            "glue.region": MOTO_REGION,
+            "glue.access-key-id": MOTO_KEY,
+            "glue.secret-access-key": MOTO_KEY,
             "s3.endpoint": S3_ENDPOINT,
             "s3.access-key-id": S3_ACCESS_KEY,
             "s3.secret-access-key": S3_SECRET_KEY,
@@ -86,7 +74,7 @@ class GlueLake:
         }
 
     def ddl(self) -> str:
-        return f"CREATE CATALOG {self.name} WITH ({catalog_props_sql(self.props())})"
+        return f"CREATE CATALOG {self.name} WITH ({options_sql(self.props())})"
 
     def pyiceberg(self):
         from pyiceberg.catalog.glue import GlueCatalog
@@ -251,24 +239,12 @@ def test_a_commit_beaten_by_another_writer_is_planned_again(
     assert [s.summary.operation.value for s in history] == ["append", "append", "delete"]
 
 
-def routed_script(glue_lake: GlueLake, workdir: Path, ns: str, rate: int, interval: str) -> Path:
-    workdir.mkdir(parents=True, exist_ok=True)
-    script = workdir / "job.sql"
-    script.write_text(
-        glue_lake.ddl()
-        + ";\n"
-        + ROUTED_JOB.format(rows=ROWS, drift=ROWS // 2, rate=rate, interval=interval, catalog="g")
-        .replace("g.analytics", f"g.{ns}")
-    )
-    return script
-
-
 def test_routed_job_killed_and_restarted_on_glue(floe_bin: Path, tmp_path: Path, glue_lake: GlueLake):
     """Tables created on first sight, schemas and specs evolved, the job killed four times
     and run to its end: every event once, as pyiceberg reads it through Glue."""
     ns = fresh_ns("routed")
     workdir = tmp_path / "work"
-    script = routed_script(glue_lake, workdir, ns, rate=15_000, interval="100ms")
+    script = write_job(glue_lake, workdir, rate=15_000, interval="100ms", namespace=ns)
     kill_runs(floe_bin, workdir, script, runs=4, after=(0.2, 0.7))
     run_to_end(floe_bin, workdir, script)
 
@@ -311,7 +287,7 @@ def test_two_jobs_evolve_the_same_glue_tables_at_once(floe_bin: Path, tmp_path: 
     scripts = []
     for tag in ("x", "y"):
         work = tmp_path / tag
-        script = routed_script(glue_lake, work, ns, rate=10_000, interval="100ms")
+        script = write_job(glue_lake, work, rate=10_000, interval="100ms", namespace=ns)
         text = script.read_text().replace("SELECT *,", f"SELECT *, '{tag}' AS job,")
         script.write_text(text.replace("'pipeline.name' = 'routed'", f"'pipeline.name' = 'routed-{tag}'"))
         scripts.append(script)
@@ -425,13 +401,13 @@ def test_credentials_from_the_aws_chain_and_secrets_masked(floe_bin: Path, tmp_p
     """Without 'glue.access-key-id' the AWS chain's credentials are used (here the
     environment's); SHOW CATALOGS never shows a secret; a dead endpoint is named."""
     props = {k: v for k, v in glue_lake.props().items() if not k.startswith("glue.") or k == "glue.endpoint"}
-    ddl = f"CREATE CATALOG g WITH ({catalog_props_sql(props)})"
+    ddl = f"CREATE CATALOG g WITH ({options_sql(props)})"
     ns = fresh_ns("chain")
     env = {
         **os.environ,
-        "AWS_ACCESS_KEY_ID": GLUE_KEY,
-        "AWS_SECRET_ACCESS_KEY": GLUE_KEY,
-        "AWS_REGION": GLUE_REGION,
+        "AWS_ACCESS_KEY_ID": MOTO_KEY,
+        "AWS_SECRET_ACCESS_KEY": MOTO_KEY,
+        "AWS_REGION": MOTO_REGION,
     }
     done = subprocess.run(
         [str(floe_bin), "-q", "--format", "ndjson", "-c", ddl, "-c", f"CREATE SCHEMA g.{ns}",
@@ -446,7 +422,7 @@ def test_credentials_from_the_aws_chain_and_secrets_masked(floe_bin: Path, tmp_p
     assert "glue.secret-access-key=****" in options and "s3.secret-access-key=****" in options, options
     assert "adminsecret" not in options and "glue.access-key-id=testing" in options, options
 
-    dead = glue_lake.ddl().replace(GLUE_ENDPOINT, "http://127.0.0.1:9")
+    dead = glue_lake.ddl().replace(MOTO_URI, "http://127.0.0.1:9")
     done = subprocess.run(
         [str(floe_bin), "-q", "-c", dead], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )

@@ -12,7 +12,7 @@ import json
 import time
 from pathlib import Path
 
-from conftest import SqlLake, sql_str
+from conftest import SqlLake, options_sql
 from test_kafka import Producer, create_topic, kafka, start_floe, stop_floe  # noqa: F401
 
 V1 = 300
@@ -75,7 +75,7 @@ def test_drifting_json_evolves_routed_tables_without_a_restart(kafka, floe_bin, 
         "format": "json",
         "scan.startup.mode": "earliest-offset",
     }
-    body = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in options.items())
+    body = options_sql(options)
     (workdir / "job.sql").write_text(
         f"""{lake.ddl()};
 CREATE SOURCE events WITH ({body});

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from conftest import START_SERVERS_MSG, SqlLake, free_port, sql_str
+from conftest import START_SERVERS_MSG, SqlLake, free_port, options_sql
 
 KAFKA = os.environ.get("FLOE_KAFKA", "127.0.0.1:9092")
 
@@ -98,7 +98,7 @@ def source_ddl(topic_option: str, bootstrap: str, columns: str, **extra: str) ->
         "format": "json",
         **extra,
     }
-    body = ", ".join(f"{sql_str(k)} = {sql_str(v)}" for k, v in opts.items())
+    body = options_sql(opts)
     return f"CREATE SOURCE events ({columns}) WITH ({body})"
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import (
     START_SERVERS_MSG,
-    catalog_props_sql,
+    options_sql,
     norm_int,
     normalize_rows,
     run_floe_in,
@@ -95,7 +95,7 @@ class PgLake:
             "uri": PG_URI,
             "warehouse": str(self.warehouse),
         }
-        return f"CREATE CATALOG {self.name} WITH ({catalog_props_sql(props)})"
+        return f"CREATE CATALOG {self.name} WITH ({options_sql(props)})"
 
     def pyiceberg(self):
         from pyiceberg.catalog.sql import SqlCatalog

@@ -15,7 +15,7 @@ import uuid
 
 from conftest import (
     REST_URI,
-    catalog_props_sql,
+    options_sql,
     require_rest_server,
     rest_catalog_props,
 )
@@ -76,7 +76,7 @@ def test_rest_headers_reach_every_request_and_are_masked(run_floe):
             "uri": f"http://127.0.0.1:{proxy.server_address[1]}",
             f"header.{HEADER}": "probe-secret",
         }
-        ddl = f"CREATE CATALOG rest WITH ({catalog_props_sql(props)})"
+        ddl = f"CREATE CATALOG rest WITH ({options_sql(props)})"
         ns = f"floe_hdr_{uuid.uuid4().hex[:12]}"
         run_floe(
             ddl,

@@ -23,15 +23,17 @@ WITH ('partition.candidates' = 'event_date, truncate(8, user_agent)');
 """
 
 
-def write_job(lake: SqlLake, workdir: Path, rate: int, interval: str) -> Path:
+def write_job(
+    lake: SqlLake, workdir: Path, rate: int, interval: str, namespace: str = "analytics"
+) -> Path:
+    """workdir/job.sql: `lake`'s DDL and the routed job into `lake.<namespace>`."""
     workdir.mkdir(parents=True, exist_ok=True)
     script = workdir / "job.sql"
+    job = ROUTED_JOB.format(
+        rows=ROWS, drift=ROWS // 2, rate=rate, interval=interval, catalog=lake.name
+    )
     script.write_text(
-        lake.ddl()
-        + ";\n"
-        + ROUTED_JOB.format(
-            rows=ROWS, drift=ROWS // 2, rate=rate, interval=interval, catalog=lake.name
-        )
+        lake.ddl() + ";\n" + job.replace(f"{lake.name}.analytics", f"{lake.name}.{namespace}")
     )
     return script
 
