@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use iceberg::TableUpdate;
 use iceberg::io::FileIO;
 use iceberg::spec::{
-    DataFileFormat, MAIN_BRANCH, ManifestContentType, ManifestFile, ManifestListWriter,
-    ManifestWriter, ManifestWriterBuilder, Operation, Snapshot, SnapshotReference,
-    SnapshotRetention, Summary, TableMetadata,
+    DataFileFormat, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestFile,
+    ManifestListWriter, ManifestWriter, ManifestWriterBuilder, Operation, Snapshot,
+    SnapshotReference, SnapshotRetention, Summary, TableMetadata,
 };
 use iceberg::table::Table;
 
@@ -56,9 +56,12 @@ pub fn manifest_writer(
     content: ManifestContentType,
 ) -> Result<ManifestWriter> {
     let builder = manifest_builder(md, io, ids, n, spec_id)?;
-    Ok(match content {
-        ManifestContentType::Data => builder.build_v2_data(),
-        ManifestContentType::Deletes => builder.build_v2_deletes(),
+    let v3 = md.format_version() >= FormatVersion::V3;
+    Ok(match (content, v3) {
+        (ManifestContentType::Data, false) => builder.build_v2_data(),
+        (ManifestContentType::Deletes, false) => builder.build_v2_deletes(),
+        (ManifestContentType::Data, true) => builder.build_v3_data(),
+        (ManifestContentType::Deletes, true) => builder.build_v3_deletes(),
     })
 }
 
@@ -84,6 +87,10 @@ fn manifest_builder(
 }
 
 /// Write the manifest list of `new` and return the snapshot naming it (committing nothing).
+///
+/// In a format-version 3 table the list gives each data manifest without one its first row
+/// id (row lineage), counting on from the table's `next-row-id`, and the snapshot records
+/// the range it assigned, as the spec requires of every v3 snapshot.
 pub async fn write(base: &Table, new: NewSnapshot) -> Result<Snapshot> {
     let md = base.metadata();
     let sequence_number = md.next_sequence_number();
@@ -94,23 +101,36 @@ pub async fn write(base: &Table, new: NewSnapshot) -> Result<Snapshot> {
         new.commit_id,
         DataFileFormat::Avro
     );
-    let mut list = ManifestListWriter::v2(
-        base.file_io().new_output(&list_path)?.writer().await?,
-        new.id,
-        md.current_snapshot_id(),
-        sequence_number,
-    );
+    let out = base.file_io().new_output(&list_path)?.writer().await?;
+    let first_row_id = md.next_row_id();
+    let mut list = if md.format_version() >= FormatVersion::V3 {
+        ManifestListWriter::v3(
+            out,
+            new.id,
+            md.current_snapshot_id(),
+            sequence_number,
+            Some(first_row_id),
+        )
+    } else {
+        ManifestListWriter::v2(out, new.id, md.current_snapshot_id(), sequence_number)
+    };
     list.add_manifests(new.manifests.into_iter())?;
+    let next_row_id = list.next_row_id();
     list.close().await?;
-    Ok(Snapshot::builder()
+    let snapshot = Snapshot::builder()
         .with_snapshot_id(new.id)
         .with_parent_snapshot_id(md.current_snapshot_id())
         .with_sequence_number(sequence_number)
         .with_timestamp_ms(chrono::Utc::now().timestamp_millis())
         .with_manifest_list(list_path)
         .with_summary(new.summary)
-        .with_schema_id(new.schema_id)
-        .build())
+        .with_schema_id(new.schema_id);
+    Ok(match next_row_id {
+        Some(next) => snapshot
+            .with_row_range(first_row_id, next - first_row_id)
+            .build(),
+        None => snapshot.build(),
+    })
 }
 
 /// The updates adding `snapshot` and making it the head of `main`.
