@@ -97,17 +97,43 @@ fn table(dir: &Path) -> String {
     )
 }
 
+/// The table created as format version 3: its deletes are deletion vectors.
+const V3: &str = " WITH ('format-version' = '3')";
+
 #[test]
 fn a_change_stream_leaves_the_final_state_of_every_key() {
-    for interval in ["1h", "50ms"] {
+    for (interval, options) in [("1h", ""), ("50ms", ""), ("50ms", V3)] {
         let dir = tempfile::tempdir().unwrap();
         let expected = prepared(dir.path());
-        run_script_to_end(dir.path(), &script(interval));
+        run_script_to_end(dir.path(), &script_with(interval, options));
         assert!(
             table(dir.path()) == expected,
-            "checkpoint.interval {interval}: the table is not the final state of the keys"
+            "checkpoint.interval {interval}{options}: the table is not the final state of the keys"
         );
     }
+}
+
+#[test]
+fn a_v3_change_stream_deletes_with_one_deletion_vector_per_data_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let expected = prepared(dir.path());
+    run_script_to_end(dir.path(), &script_with("50ms", V3));
+    assert!(table(dir.path()) == expected);
+    let deletes = query_csv(
+        dir.path(),
+        CATALOG,
+        "SELECT file_format, count(*) AS n, count(DISTINCT referenced_data_file) AS files \
+         FROM lake.shop.\"customers$files\" WHERE content = 1 GROUP BY file_format",
+    );
+    let mut lines = deletes.lines().skip(1);
+    let row = lines.next().expect("the job wrote deletes");
+    let cells: Vec<&str> = row.split(',').collect();
+    assert_eq!(cells[0], "PUFFIN", "{deletes}");
+    assert_eq!(
+        cells[1], cells[2],
+        "a data file with two deletion vectors: {deletes}"
+    );
+    assert!(lines.next().is_none(), "{deletes}");
 }
 
 #[test]
@@ -155,29 +181,33 @@ fn a_key_index_over_its_memory_budget_keeps_its_rows_on_disk() {
 
 #[test]
 fn a_change_stream_killed_and_restarted_leaves_the_final_state() {
-    let dir = tempfile::tempdir().unwrap();
-    let expected = prepared(dir.path());
-    let kills = kill_and_restart(dir.path(), &script("100ms"), 700);
-    assert!(
-        kills >= 3,
-        "the job ended too soon to be killed: only {kills} kills"
-    );
-    assert!(
-        table(dir.path()) == expected,
-        "killed {kills} times: the table is not the final state of the keys"
-    );
+    for options in ["", V3] {
+        let dir = tempfile::tempdir().unwrap();
+        let expected = prepared(dir.path());
+        let kills = kill_and_restart(dir.path(), &script_with("100ms", options), 700);
+        assert!(
+            kills >= 3,
+            "the job ended too soon to be killed: only {kills} kills"
+        );
+        assert!(
+            table(dir.path()) == expected,
+            "killed {kills} times{options}: the table is not the final state of the keys"
+        );
+    }
 }
 
 #[test]
 fn a_change_stream_crashed_at_each_checkpoint_step_leaves_the_final_state() {
-    for failpoint in ["after-record:3", "after-commits:3", "in-metadata-write:4"] {
-        let dir = tempfile::tempdir().unwrap();
-        let expected = prepared(dir.path());
-        crash_then_finish(dir.path(), &script("100ms"), failpoint);
-        assert!(
-            table(dir.path()) == expected,
-            "crashed at {failpoint}: the table is not the final state of the keys"
-        );
+    for options in ["", V3] {
+        for failpoint in ["after-record:3", "after-commits:3", "in-metadata-write:4"] {
+            let dir = tempfile::tempdir().unwrap();
+            let expected = prepared(dir.path());
+            crash_then_finish(dir.path(), &script_with("100ms", options), failpoint);
+            assert!(
+                table(dir.path()) == expected,
+                "crashed at {failpoint}{options}: the table is not the final state of the keys"
+            );
+        }
     }
 }
 

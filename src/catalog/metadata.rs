@@ -173,7 +173,9 @@ fn content_name(c: DataContentType) -> &'static str {
     }
 }
 
-/// `content, file_path, file_format, spec_id, partition, record_count, file_size_in_bytes`.
+/// `content, content_type, file_path, file_format, spec_id, partition, record_count,
+/// file_size_in_bytes, referenced_data_file, content_offset, content_size_in_bytes` (the
+/// last three: the data file a delete file is scoped to, and a deletion vector's blob).
 async fn files(table: &Table) -> Result<RecordBatch> {
     let files = live_files(table).await?;
     let content: Vec<i32> = files.iter().map(|(_, f)| f.content_type() as i32).collect();
@@ -196,6 +198,15 @@ async fn files(table: &Table) -> Result<RecordBatch> {
         .iter()
         .map(|(_, f)| content_name(f.content_type()))
         .collect();
+    let referenced: Vec<Option<String>> = files
+        .iter()
+        .map(|(_, f)| f.referenced_data_file())
+        .collect();
+    let offsets: Vec<Option<i64>> = files.iter().map(|(_, f)| f.content_offset()).collect();
+    let lengths: Vec<Option<i64>> = files
+        .iter()
+        .map(|(_, f)| f.content_size_in_bytes())
+        .collect();
     batch(
         vec![
             Field::new("content", DataType::Int32, false),
@@ -206,6 +217,9 @@ async fn files(table: &Table) -> Result<RecordBatch> {
             Field::new("partition", DataType::Utf8, false),
             Field::new("record_count", DataType::Int64, false),
             Field::new("file_size_in_bytes", DataType::Int64, false),
+            Field::new("referenced_data_file", DataType::Utf8, true),
+            Field::new("content_offset", DataType::Int64, true),
+            Field::new("content_size_in_bytes", DataType::Int64, true),
         ],
         vec![
             Arc::new(Int32Array::from(content)),
@@ -216,6 +230,9 @@ async fn files(table: &Table) -> Result<RecordBatch> {
             Arc::new(StringArray::from(partition)),
             Arc::new(Int64Array::from(records)),
             Arc::new(Int64Array::from(sizes)),
+            Arc::new(StringArray::from(referenced)),
+            Arc::new(Int64Array::from(offsets)),
+            Arc::new(Int64Array::from(lengths)),
         ],
     )
 }

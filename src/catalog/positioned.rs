@@ -62,15 +62,7 @@ impl PositionedTable {
             })
             .cloned()
             .collect();
-        let predicate = iceberg_datafusion::physical_plan::convert_filters_to_predicate(&own);
-        let scan = match predicate {
-            Some(p) => match self.table.scan().select_all().with_filter(p).build() {
-                Ok(scan) => scan,
-                Err(_) => self.table.scan().select_all().build()?,
-            },
-            None => self.table.scan().select_all().build()?,
-        };
-        let tasks: Vec<FileScanTask> = scan.plan_files().await?.try_collect().await?;
+        let tasks = plan(&self.table, None, &own).await?;
         if let Ok(mut targets) = self.targets.lock() {
             for t in &tasks {
                 targets
@@ -80,6 +72,32 @@ impl PositionedTable {
         }
         Ok(tasks)
     }
+}
+
+/// The files of snapshot `snapshot` (the current one when `None`) of the table that may hold
+/// rows passing `filters`, planned to read all columns: the filters iceberg-rust can bind
+/// prune files by partition and column bounds; the rows still need every filter applied.
+pub(super) async fn plan(
+    table: &Table,
+    snapshot: Option<i64>,
+    filters: &[Expr],
+) -> Result<Vec<FileScanTask>> {
+    let build = |filter: Option<iceberg::expr::Predicate>| {
+        let mut scan = table.scan().select_all();
+        if let Some(id) = snapshot {
+            scan = scan.snapshot_id(id);
+        }
+        if let Some(p) = filter {
+            scan = scan.with_filter(p);
+        }
+        scan.build()
+    };
+    let scan = match iceberg_datafusion::physical_plan::convert_filters_to_predicate(filters) {
+        // A filter iceberg-rust cannot bind prunes nothing.
+        Some(p) => build(Some(p)).or_else(|_| build(None))?,
+        None => build(None)?,
+    };
+    Ok(scan.plan_files().await?.try_collect().await?)
 }
 
 #[async_trait]
@@ -138,7 +156,7 @@ impl TableProvider for PositionedTable {
             schema: schema.clone(),
             tasks,
             columns: Some(names),
-            read: read::positioned_columns,
+            read: Box::new(read::positioned_columns),
         });
         let exec =
             StreamingTableExec::try_new(schema, vec![files], Some(&projection), [], false, limit)?;
@@ -154,16 +172,19 @@ impl TableProvider for PositionedTable {
 }
 
 /// How a scan reads its files (only the columns named, when named): `lake::read`'s
-/// `positioned_columns` or `live`.
-pub(super) type ReadFn = fn(
-    &Table,
-    Vec<FileScanTask>,
-    Option<&[String]>,
-) -> Result<BoxStream<'static, Result<RecordBatch>>>;
+/// `positioned_columns`, or the rows alone in a snapshot's schema.
+pub(super) type ReadFn = Box<
+    dyn Fn(
+            &Table,
+            Vec<FileScanTask>,
+            Option<&[String]>,
+        ) -> Result<BoxStream<'static, Result<RecordBatch>>>
+        + Send
+        + Sync,
+>;
 
 /// The files of one scan, read one after the other by `read`, in `schema` (the one the
 /// provider states).
-#[derive(Debug)]
 pub(super) struct Files {
     pub(super) table: Table,
     pub(super) schema: SchemaRef,
@@ -171,6 +192,16 @@ pub(super) struct Files {
     /// The table's columns to read (all when `None`).
     pub(super) columns: Option<Vec<String>>,
     pub(super) read: ReadFn,
+}
+
+impl std::fmt::Debug for Files {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Files")
+            .field("table", self.table.identifier())
+            .field("files", &self.tasks.len())
+            .field("columns", &self.columns)
+            .finish()
+    }
 }
 
 impl PartitionStream for Files {

@@ -213,6 +213,10 @@ impl LakeSchemaProvider {
             ))
             .into());
         }
+        if crate::lake::read::needs_own_reader(table.metadata(), Some(id)) {
+            let provider = super::evolved_scan::FileByFile::try_new(table, Some(id))?;
+            return Ok(Arc::new(provider));
+        }
         let provider = IcebergStaticTableProvider::try_new_from_table_snapshot(table, id)
             .await
             .map_err(|e| DataFusionError::from(Error::from(e)))?;

@@ -32,21 +32,21 @@ pub struct LakeTable {
     table: Table,
     catalog: Arc<dyn Catalog>,
     reader: Arc<IcebergStaticTableProvider>,
-    /// Whether struct columns gained fields (scans then read file by file, see
+    /// Whether iceberg-rust cannot read it (scans then read file by file, see
     /// [`super::evolved_scan`]).
-    nested_grew: bool,
+    own_reader: bool,
 }
 
 impl LakeTable {
     /// Wrap a freshly loaded table.
     pub async fn try_new(table: Table, catalog: Arc<dyn Catalog>) -> Result<Self, Error> {
         let reader = IcebergStaticTableProvider::try_new_from_table(table.clone()).await?;
-        let nested_grew = crate::lake::read::nested_fields_grew(table.metadata());
+        let own_reader = crate::lake::read::needs_own_reader(table.metadata(), None);
         Ok(Self {
             table,
             catalog,
             reader: Arc::new(reader),
-            nested_grew,
+            own_reader,
         })
     }
 
@@ -82,8 +82,10 @@ impl TableProvider for LakeTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
-        if self.nested_grew {
-            return evolved_scan::scan(&self.table, self.schema(), projection, limit).await;
+        if self.own_reader {
+            return evolved_scan::FileByFile::try_new(self.table.clone(), None)?
+                .scan(state, projection, filters, limit)
+                .await;
         }
         self.reader.scan(state, projection, filters, limit).await
     }
@@ -92,12 +94,9 @@ impl TableProvider for LakeTable {
         &self,
         filters: &[&Expr],
     ) -> DFResult<Vec<TableProviderFilterPushDown>> {
-        if self.nested_grew {
-            // Read file by file: every filter is applied above the scan.
-            return Ok(vec![
-                TableProviderFilterPushDown::Unsupported;
-                filters.len()
-            ]);
+        if self.own_reader {
+            // Read file by file: filters prune files, every one is applied above the scan.
+            return Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()]);
         }
         self.reader.supports_filters_pushdown(filters)
     }

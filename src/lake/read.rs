@@ -5,6 +5,8 @@
 //! so a file written before a struct column gained a field is read here instead: the
 //! Parquet file as Arrow, its columns matched to the table's by name, nested fields too,
 //! with NULL for what the file predates, and the position deletes that apply to it applied.
+//! Tables with deletion vectors (format v3), which iceberg-rust 0.10 does not apply, are
+//! read here too ([`needs_own_reader`]).
 //! The same reading gives each row's file and position ([`positioned`]), which statements
 //! changing rows delete by.
 
@@ -21,7 +23,9 @@ use futures::{StreamExt, TryStreamExt};
 use iceberg::arrow::{ArrowReaderBuilder, schema_to_arrow_schema};
 use iceberg::io::FileIO;
 use iceberg::scan::FileScanTask;
-use iceberg::spec::{NestedFieldRef, Schema, TableMetadata, Type};
+use iceberg::spec::{
+    FormatVersion, NestedFieldRef, Schema, SchemaRef as SchemaRefIceberg, TableMetadata, Type,
+};
 use iceberg::table::Table;
 
 use super::deletes;
@@ -146,14 +150,37 @@ async fn conformed_columns(
         .collect()
 }
 
+/// Whether iceberg-rust cannot read snapshot `snapshot` of the table (its current one when
+/// `None`), so floe reads it file by file ([`live`]): its struct columns gained fields (see
+/// the module doc), or it is a format-version 3 snapshot that may hold deletion vectors,
+/// which iceberg-rust 0.10 does not apply (its summary counts no delete files, or none).
+pub fn needs_own_reader(md: &TableMetadata, snapshot: Option<i64>) -> bool {
+    if nested_fields_grew(md) {
+        return true;
+    }
+    if md.format_version() < FormatVersion::V3 {
+        return false;
+    }
+    let snapshot = match snapshot {
+        Some(id) => md.snapshot_by_id(id),
+        None => md.current_snapshot(),
+    };
+    snapshot.is_some_and(|s| {
+        s.summary()
+            .additional_properties
+            .get("total-delete-files")
+            .is_none_or(|n| n != "0")
+    })
+}
+
 /// The rows of the whole files `tasks` plan (their deletes applied), in the table's
 /// current schema. Each task's predicate is dropped: every row of each file is read.
-/// iceberg-rust reads them, unless nested fields grew (see the module doc): then [`live`].
+/// iceberg-rust reads them, unless it cannot ([`needs_own_reader`]): then [`live`].
 pub fn whole_files(
     table: &Table,
     tasks: Vec<FileScanTask>,
 ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
-    if nested_fields_grew(table.metadata()) {
+    if needs_own_reader(table.metadata(), None) {
         return live(table, tasks);
     }
     let tasks: Vec<FileScanTask> = tasks
@@ -192,11 +219,15 @@ pub fn live(
 
 /// The table's columns named `names`, as a schema of their own (with their field ids).
 pub fn columns_of(table: &Table, names: &[String]) -> Result<Schema> {
-    let current = table.metadata().current_schema();
+    columns_in(table, table.metadata().current_schema(), names)
+}
+
+/// [`columns_of`] in `schema`, one of the table's schemas.
+fn columns_in(table: &Table, schema: &Schema, names: &[String]) -> Result<Schema> {
     let fields = names
         .iter()
         .map(|n| {
-            current.field_by_name(n).cloned().ok_or_else(|| {
+            schema.field_by_name(n).cloned().ok_or_else(|| {
                 Error::Internal(format!("table {} has no column {n}", table.identifier()))
             })
         })
@@ -236,7 +267,7 @@ fn with_positions(arrow: &ArrowSchema) -> Result<SchemaRef> {
 
 /// The live rows of the files `tasks` plan, each with its data file and its position in it
 /// ([`positioned_schema`]): what a statement changing rows needs to delete them. Position
-/// deletes are applied here (see [`deletes::deleted_positions`]); each task's predicate is
+/// deletes and deletion vectors are applied here (see [`deletes::DeleteReader`]); each task's predicate is
 /// dropped, every live row of each file is read.
 pub fn positioned(
     table: &Table,
@@ -251,20 +282,32 @@ pub fn positioned_columns(
     tasks: Vec<FileScanTask>,
     columns: Option<&[String]>,
 ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+    positioned_in(table, table.metadata().current_schema(), tasks, columns)
+}
+
+/// [`positioned_columns`] in `schema`, one of the table's schemas (a snapshot's, for a query
+/// travelling to it).
+pub fn positioned_in(
+    table: &Table,
+    schema: &SchemaRefIceberg,
+    tasks: Vec<FileScanTask>,
+    columns: Option<&[String]>,
+) -> Result<BoxStream<'static, Result<RecordBatch>>> {
     let io = table.file_io().clone();
-    let current = table.metadata().current_schema();
     let (iceberg, only) = match columns {
-        None => (current.clone(), false),
-        Some(names) => (Arc::new(columns_of(table, names)?), true),
+        None => (schema.clone(), false),
+        Some(names) => (Arc::new(columns_in(table, schema, names)?), true),
     };
     let schema = with_positions(&schema_to_arrow_schema(&iceberg)?)?;
+    let deletes = deletes::DeleteReader::new(io.clone());
     Ok(futures::stream::iter(tasks)
         .then(move |task| {
             let io = io.clone();
             let iceberg = iceberg.clone();
             let schema = schema.clone();
+            let deletes = deletes.clone();
             async move {
-                let deleted = deletes::deleted_positions(&io, &task).await?;
+                let deleted = deletes.of_task(&task).await?;
                 let batches = conformed_columns(&io, &iceberg, &task.data_file_path, only).await?;
                 let mut start = 0i64;
                 let mut out = Vec::with_capacity(batches.len());

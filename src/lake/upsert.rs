@@ -235,7 +235,7 @@ pub async fn write_keys(table: &Table, keys: &RecordBatch) -> Result<String> {
     Ok(path)
 }
 
-/// The position delete files removing `table`'s live rows whose keys (`keys`, its key
+/// The delete files (position deletes or deletion vectors) removing `table`'s live rows whose keys (`keys`, its key
 /// columns) are those of the rows in `added` (data files not in the table yet) or in the
 /// files `deleted` ([`write_keys`]), written but not committed, each with its spec id; and
 /// the change to the table's key index once they are committed ([`committed`]), and how
@@ -309,25 +309,19 @@ pub async fn superseded(
         return Ok((Vec::new(), update, unknown));
     }
     let targets = data_files(table, positions.keys()).await?;
-    let mut out = Vec::new();
+    let mut changes = Vec::with_capacity(positions.len());
     for (path, mut ps) in positions {
         ps.sort_unstable();
         ps.dedup();
         let Some(target) = targets.get(&path) else {
-            discard(table, &out).await;
             return Err(Error::Internal(format!(
                 "the key index names data file {path}, which table {} does not hold",
                 table.identifier()
             )));
         };
-        match deletes::write(table.file_io(), target, &ps).await {
-            Ok(d) => out.push((d, target.spec_id)),
-            Err(e) => {
-                discard(table, &out).await;
-                return Err(e);
-            }
-        }
+        changes.push((target.clone(), ps));
     }
+    let out = deletes::write_all(table, &changes).await?;
     Ok((out, update, unknown))
 }
 
@@ -407,9 +401,7 @@ async fn data_files<'a>(
 
 /// Delete delete files written for a commit that did not happen.
 pub async fn discard(table: &Table, files: &[(DataFile, i32)]) {
-    for (f, _) in files {
-        let _ = table.file_io().delete(f.file_path()).await;
-    }
+    deletes::discard(table.file_io(), files).await
 }
 
 #[cfg(test)]

@@ -378,15 +378,7 @@ impl Session {
                         target.ident
                     )));
                 }
-                FormatVersion::V3 => {
-                    return Err(Error::Unsupported(format!(
-                        "{} on format-version 3 table {}: floe does not write deletion \
-                         vectors yet (format version 2 tables take position deletes)",
-                        kind.name(),
-                        target.ident
-                    )));
-                }
-                FormatVersion::V2 => {}
+                FormatVersion::V2 | FormatVersion::V3 => {}
             }
             match self.change_once(&target, &table, kind, &query).await {
                 Err(Error::Conflict(why)) => last = Some(why),
@@ -474,14 +466,15 @@ impl Session {
                 read_snapshot: table.metadata().current_snapshot_id(),
                 ..RowDelta::default()
             };
+            let mut changes = Vec::with_capacity(positions.len());
             for (file, ps) in &positions {
                 let t = rows.target(file).ok_or_else(|| {
                     Error::Internal(format!("{}: data file {file} was not scanned", kind.name()))
                 })?;
-                let d = deletes::write(io, &t, ps).await?;
-                written.push(d.clone());
-                delta.deletes.push((d, t.spec_id));
+                changes.push((t, ps.clone()));
             }
+            delta.deletes = deletes::write_all(table, &changes).await?;
+            written.extend(delta.deletes.iter().map(|(d, _)| d.clone()));
             if !inserts.is_empty() {
                 let mut writer = TableWriter::try_new(table)?;
                 for b in inserts {

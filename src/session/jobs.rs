@@ -79,10 +79,11 @@ impl Session {
                      commit path, which sql, rest and glue catalogs have"
                 )));
             }
-            if md.format_version() != iceberg::spec::FormatVersion::V2 {
+            if md.format_version() == iceberg::spec::FormatVersion::V1 {
                 return Err(Error::Unsupported(format!(
                     "a continuous INSERT into table {ident}, which has a primary key: floe \
-                     replaces rows by key in format-version 2 tables (position deletes)"
+                     replaces rows by key with row-level deletes, which need format version 2 \
+                     or 3"
                 )));
             }
         }

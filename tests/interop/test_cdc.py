@@ -14,6 +14,8 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 from conftest import SqlLake, options_sql, run_floe_in
 from test_kafka import Producer, create_topic, kafka  # noqa: F401 (fixture)
 
@@ -62,7 +64,14 @@ def changes(rng: random.Random) -> tuple[list[tuple[bytes, bytes | None]], dict[
     return out, state
 
 
-def job(lake: SqlLake, topic: str, bootstrap: str) -> str:
+@pytest.fixture(params=[2, 3], ids=["v2", "v3"])
+def version(request) -> int:
+    """The format version of the keyed table: position delete files (2) or deletion
+    vectors (3)."""
+    return request.param
+
+
+def job(lake: SqlLake, topic: str, bootstrap: str, version: int = 2) -> str:
     opts = {
         "connector": "kafka",
         "topic": topic,
@@ -76,7 +85,8 @@ def job(lake: SqlLake, topic: str, bootstrap: str) -> str:
         lake.ddl(),
         "CREATE SCHEMA IF NOT EXISTS lake.shop",
         "CREATE TABLE IF NOT EXISTS lake.shop.customers (id BIGINT, name STRING, tier INT, "
-        "PRIMARY KEY (id) NOT ENFORCED) PARTITIONED BY (bucket(8, id))",
+        "PRIMARY KEY (id) NOT ENFORCED) PARTITIONED BY (bucket(8, id)) "
+        f"WITH ('format-version' = '{version}')",
         f"CREATE SOURCE customers (id BIGINT, name STRING, tier INT) WITH ({body})",
         "SET 'pipeline.name' = 'cdc'",
         "SET 'checkpoint.interval' = '500ms'",
@@ -123,7 +133,7 @@ def produce_while_killing(kafka: str, topic: str | None, messages: list, floe_bi
 
 
 def test_a_debezium_stream_of_100k_keys_survives_kills_and_reads_the_same_everywhere(
-    kafka, floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+    kafka, floe_bin: Path, lake: SqlLake, tmp_path: Path, duck, version: int
 ):
     seed = random.randrange(1 << 30)
     print(f"seed: {seed}")
@@ -132,7 +142,7 @@ def test_a_debezium_stream_of_100k_keys_survives_kills_and_reads_the_same_everyw
     topic = create_topic(kafka, 4)
     work = tmp_path / "job"
     work.mkdir()
-    (work / "job.sql").write_text(job(lake, topic, kafka))
+    (work / "job.sql").write_text(job(lake, topic, kafka, version))
     kills = produce_while_killing(kafka, topic, messages, floe_bin, work, rng, kills=5,
                                   every=2_000, pause=0.1, window=(1.0, 2.0))
     assert kills >= 3, f"only {kills} kills: {(work / 'floe.err').read_text()}"
@@ -151,10 +161,11 @@ def test_a_debezium_stream_of_100k_keys_survives_kills_and_reads_the_same_everyw
     assert (fl["n"], fl["s"], fl["names"]) == (
         len(expected), sum(k for k, _, _ in expected), len({n for _, n, _ in expected})
     ), fl
-    # Deletes are position deletes, never equality deletes.
+    # Deletes are position deletes (v2) or deletion vectors (v3), never equality deletes.
     files = table.inspect.files().to_pylist()
     assert {f["content"] for f in files} <= {0, 1}, {f["content"] for f in files}
-    assert any(f["content"] == 1 for f in files)
+    formats = {f["file_format"] for f in files if f["content"] == 1}
+    assert formats == ({"PARQUET"} if version == 2 else {"PUFFIN"}), formats
     # No dead letters: tombstones are no change, every event applied.
     names = [t[1] for t in lake.pyiceberg().list_tables("shop")]
     assert "dead_letters" not in names, names

@@ -1,6 +1,7 @@
-"""DELETE, UPDATE and MERGE INTO on lake tables (position deletes), checked through pyiceberg
-and DuckDB against a model of the rows kept here in Python; compaction folding the deletes
-in; and the races of a statement changing rows with a compaction of the same files."""
+"""DELETE, UPDATE and MERGE INTO on lake tables, checked through pyiceberg and DuckDB against a
+model of the rows kept here in Python; compaction folding the deletes in; and the races of a
+statement changing rows with a compaction of the same files. Each runs on a format-version 2
+table (position delete files) and a version 3 one (deletion vectors in Puffin files)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,71 @@ import json
 import random
 from pathlib import Path
 
+import fastavro
 import pyarrow.parquet as pq
+import pytest
+from pyiceberg.table.puffin import PuffinFile
 
 from conftest import SqlLake, paused_before_commit, run_floe_in
 
 KEYS = 2_000
 
 
-def customers(floe_bin: Path, lake: SqlLake, workdir: Path, batches: int = 4) -> dict:
+@pytest.fixture(params=[2, 3], ids=["v2", "v3"])
+def version(request) -> int:
+    """The format version of the tables a test creates."""
+    return request.param
+
+
+def with_version(version: int) -> str:
+    return f"WITH ('format-version' = '{version}')"
+
+
+def deleted_by(file: dict) -> set[str]:
+    """The data files whose rows the delete file `file` (a row of `$files`) deletes."""
+    local = file["file_path"].removeprefix("file://")
+    if file["file_format"] == "PUFFIN":
+        with open(local, "rb") as f:
+            vectors = PuffinFile(f.read()).to_vector()
+        return set(vectors)
+    return set(pq.read_table(local)["file_path"].to_pylist())
+
+
+def check_delete_files(table, version: int) -> list[dict]:
+    """The table's live delete files, checked to be what its version says: position delete
+    files (v2) or deletion vectors (v3, at most one per data file), each naming its one data
+    file as readers need to tie it to that file alone."""
+    files = table.inspect.files().to_pylist()
+    deletes = [f for f in files if f["content"] == 1]
+    if version == 2:
+        for f in deletes:
+            assert f["file_format"] == "PARQUET", f
+            assert f["lower_bounds"] and f["upper_bounds"], f
+    else:
+        for f in deletes:
+            assert f["file_format"] == "PUFFIN", f
+        # pyiceberg's entries lack the v3 fields: read the manifests themselves.
+        named = []
+        for m in table.current_snapshot().manifests(table.io):
+            with open(m.manifest_path.removeprefix("file://"), "rb") as f:
+                for e in fastavro.reader(f):
+                    d = e["data_file"]
+                    if e["status"] == 2 or d["content"] != 1:
+                        continue
+                    named.append(d["referenced_data_file"])
+                    # The entry's offset and length are its blob's, as DuckDB reads it.
+                    with open(d["file_path"].removeprefix("file://"), "rb") as p:
+                        p.seek(d["content_offset"])
+                        blob = p.read(d["content_size_in_bytes"])
+                    assert blob[4:8] == bytes([0xD1, 0xD3, 0x39, 0x64]), d
+        assert all(named), "every deletion vector names its data file"
+        assert len(named) == len(set(named)), "one deletion vector per data file"
+    return deletes
+
+
+def customers(
+    floe_bin: Path, lake: SqlLake, workdir: Path, batches: int = 4, version: int = 2
+) -> dict:
     """lake.shop.customers (id key, bucketed) with KEYS rows over `batches` inserts; the
     model: id -> (name, score)."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -33,7 +91,8 @@ def customers(floe_bin: Path, lake: SqlLake, workdir: Path, batches: int = 4) ->
         lake.ddl(),
         "CREATE SCHEMA lake.shop",
         "CREATE TABLE lake.shop.customers (id BIGINT, name STRING, score INT, "
-        "PRIMARY KEY (id) NOT ENFORCED) PARTITIONED BY (bucket(4, id))",
+        "PRIMARY KEY (id) NOT ENFORCED) PARTITIONED BY (bucket(4, id)) "
+        + with_version(version),
         *inserts,
     )
     return model
@@ -64,10 +123,10 @@ def expected(model: dict) -> list:
 
 
 def test_changes_match_a_model_in_every_reader(
-    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck, version: int
 ):
     workdir = tmp_path / "work"
-    model = customers(floe_bin, lake, workdir)
+    model = customers(floe_bin, lake, workdir, version=version)
     rng = random.Random(16)
     statements = []
     counts = []
@@ -134,20 +193,31 @@ def test_changes_match_a_model_in_every_reader(
     assert rows_everywhere(lake, floe_bin, workdir, duck) == expected(model)
     table = lake.pyiceberg().load_table("shop.customers")
     assert table.schema().identifier_field_ids == [1], "the primary key is the identifier field"
-    deletes = [f for f in table.inspect.files().to_pylist() if f["content"] == 1]
-    assert deletes, "the changes are position delete files"
-    # Each delete file names its one data file, as readers need to tie it to that file.
-    for f in deletes:
-        assert f["lower_bounds"] and f["upper_bounds"], f
+    assert check_delete_files(table, version), "the changes are delete files"
+    # Travelling back to an earlier snapshot applies the deletes it had.
+    history = sorted(table.snapshots(), key=lambda s: s.sequence_number)
+    middle = history[len(history) // 2].snapshot_id
+    then = sorted(
+        (r["id"], r["name"], r["score"])
+        for r in table.scan(snapshot_id=middle).to_arrow().to_pylist()
+    )
+    travelled = sorted(
+        (r["id"], r["name"], r["score"])
+        for r in run_floe_in(
+            floe_bin, workdir, lake.ddl(),
+            f"SELECT * FROM lake.shop.customers FOR VERSION AS OF {middle}",
+        )
+    )
+    assert travelled == then, "floe and pyiceberg disagree on an earlier snapshot"
     ops = [s.summary.operation.value for s in table.snapshots()]
     assert ops.count("delete") == 4 and ops.count("overwrite") == 8, ops
 
 
-def test_compaction_folds_position_deletes_in(
-    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+def test_compaction_folds_deletes_in(
+    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck, version: int
 ):
     workdir = tmp_path / "work"
-    model = customers(floe_bin, lake, workdir, batches=8)
+    model = customers(floe_bin, lake, workdir, batches=8, version=version)
     run_floe_in(
         floe_bin,
         workdir,
@@ -164,7 +234,7 @@ def test_compaction_folds_position_deletes_in(
     assert before == expected(model)
     table = lake.pyiceberg().load_table("shop.customers")
     files = table.inspect.files().to_pylist()
-    assert sum(1 for f in files if f["content"] == 1) > 0
+    assert check_delete_files(table, version)
     (done,) = run_floe_in(
         floe_bin,
         workdir,
@@ -184,10 +254,21 @@ def test_compaction_folds_position_deletes_in(
 
 
 def test_a_compaction_racing_a_delete_carries_it_over_by_key(
-    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck, version: int
 ):
     workdir = tmp_path / "work"
-    model = customers(floe_bin, lake, workdir)
+    model = customers(floe_bin, lake, workdir, version=version)
+    # Rows deleted before the rewrite reads are not copied; a deletion vector written while
+    # it runs holds them again, and they must not be carried (the keys live on elsewhere).
+    run_floe_in(
+        floe_bin, workdir, lake.ddl(),
+        "DELETE FROM lake.shop.customers WHERE id >= 10 AND id < 20",
+        "INSERT INTO lake.shop.customers VALUES " + ", ".join(
+            f"({k}, 'again{k}', {k})" for k in range(10, 20)
+        ),
+    )
+    for k in range(10, 20):
+        model[k] = (f"again{k}", k)
     rewrite = paused_before_commit(
         floe_bin, lake, workdir,
         "CALL lake.system.rewrite_data_files(table => 'shop.customers', min_input_files => 2)",
@@ -208,6 +289,7 @@ def test_a_compaction_racing_a_delete_carries_it_over_by_key(
     history = sorted(table.snapshots(), key=lambda s: s.sequence_number)
     assert [s.summary.operation.value for s in history][-2:] == ["delete", "replace"]
     assert history[-1].summary["added-position-deletes"] == "10", history[-1].summary
+    check_delete_files(table, version)
     # Compacted again, the carried deletes are folded in.
     run_floe_in(
         floe_bin, workdir, lake.ddl(),
@@ -217,13 +299,13 @@ def test_a_compaction_racing_a_delete_carries_it_over_by_key(
 
 
 def test_a_compaction_racing_a_delete_of_a_table_without_a_key_gives_up(
-    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck, version: int
 ):
     workdir = tmp_path / "work"
     workdir.mkdir()
     run_floe_in(
         floe_bin, workdir, lake.ddl(), "CREATE SCHEMA lake.shop",
-        "CREATE TABLE lake.shop.t (id BIGINT, v STRING)",
+        "CREATE TABLE lake.shop.t (id BIGINT, v STRING) " + with_version(version),
         *[f"INSERT INTO lake.shop.t VALUES ({i}, 'a'), ({i + 100}, 'b')" for i in range(5)],
     )
     rewrite = paused_before_commit(
@@ -243,10 +325,10 @@ def test_a_compaction_racing_a_delete_of_a_table_without_a_key_gives_up(
 
 
 def test_a_delete_racing_a_compaction_runs_again(
-    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck, version: int
 ):
     workdir = tmp_path / "work"
-    model = customers(floe_bin, lake, workdir)
+    model = customers(floe_bin, lake, workdir, version=version)
     delete = paused_before_commit(
         floe_bin, lake, workdir, "DELETE FROM lake.shop.customers WHERE id % 100 = 0"
     )
@@ -269,14 +351,13 @@ def test_a_delete_racing_a_compaction_runs_again(
     assert ops[-2:] == ["replace", "delete"], ops
     # The delete files name the compacted files, not the replaced ones.
     live = {f["file_path"] for f in table.inspect.files().to_pylist() if f["content"] == 0}
-    for f in table.inspect.files().to_pylist():
-        if f["content"] == 1:
-            named = set(pq.read_table(f["file_path"].removeprefix("file://"))["file_path"].to_pylist())
-            assert named <= live, (named, live)
+    for f in check_delete_files(table, version):
+        named = deleted_by(f)
+        assert named <= live, (named, live)
 
 
 def test_a_job_into_a_keyed_table_keeps_the_last_row_of_each_key(
-    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck, version: int
 ):
     """Three jobs, each over a file of changes with repeated keys, into one table with a
     primary key: one row per key, the last one, in every reader."""
@@ -288,7 +369,8 @@ def test_a_job_into_a_keyed_table_keeps_the_last_row_of_each_key(
         lake.ddl(),
         "CREATE SCHEMA lake.shop",
         "CREATE TABLE lake.shop.customers (id BIGINT, name STRING, score INT, "
-        "PRIMARY KEY (id) NOT ENFORCED) PARTITIONED BY (bucket(4, id))",
+        "PRIMARY KEY (id) NOT ENFORCED) PARTITIONED BY (bucket(4, id)) "
+        + with_version(version),
         "SET 'table.dml-sync' = 'true'",
     ]
     for run in range(3):
@@ -311,4 +393,5 @@ def test_a_job_into_a_keyed_table_keeps_the_last_row_of_each_key(
     ops = [s.summary.operation.value for s in sorted(table.snapshots(), key=lambda s: s.sequence_number)]
     # The first commit finds no earlier rows; the next two delete the rows they replace.
     assert ops == ["append", "overwrite", "overwrite"], ops
+    check_delete_files(table, version)
     assert table.current_snapshot().summary["floe.job"] == "changes2"

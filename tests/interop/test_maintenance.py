@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from conftest import SqlLake, paused_before_commit, run_floe_in
 from test_routing import check_tables, kill_runs, run_script, run_to_end, write_job
@@ -590,11 +591,13 @@ def test_a_jobs_small_files_are_compacted_once_old_however_few(
     assert max(files_per_partition(table).values()) == 1, files_per_partition(table)
 
 
+@pytest.mark.parametrize("version", [2, 3], ids=["v2", "v3"])
 def test_a_job_upserting_a_keyed_table_compacts_it_while_it_deletes_rows(
-    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck
+    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck, version: int
 ):
-    """An upsert job deletes rows of earlier files at every checkpoint; its compaction, which
-    reads those files meanwhile, carries the deletes over by key and lands."""
+    """An upsert job deletes rows of earlier files at every checkpoint (position delete
+    files in v2, deletion vectors in v3); its compaction, which reads those files meanwhile,
+    carries the deletes over by key and lands."""
     rows, keys = 40_000, 2_000
     workdir = tmp_path / "work"
     workdir.mkdir()
@@ -602,7 +605,7 @@ def test_a_job_upserting_a_keyed_table_compacts_it_while_it_deletes_rows(
     script.write_text(lake.ddl() + f""";
 CREATE SCHEMA IF NOT EXISTS lake.shop;
 CREATE TABLE IF NOT EXISTS lake.shop.latest (k BIGINT, order_id BIGINT, region STRING,
-  PRIMARY KEY (k) NOT ENFORCED) PARTITIONED BY (region);
+  PRIMARY KEY (k) NOT ENFORCED) PARTITIONED BY (region) WITH ('format-version' = '{version}');
 CREATE SOURCE gen WITH ('connector' = 'datagen', 'profile' = 'orders',
   'number-of-rows' = '{rows}', 'rows-per-second' = '5000');
 SET 'pipeline.name' = 'latest'; SET 'checkpoint.interval' = '200ms';

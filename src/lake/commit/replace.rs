@@ -17,16 +17,16 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use iceberg::metadata_columns::RESERVED_FIELD_ID_DELETE_FILE_PATH;
 use iceberg::spec::{
     DataContentType, DataFile, ManifestContentType, ManifestEntry, ManifestFile, Operation,
-    PrimitiveLiteral, SnapshotSummaryCollector,
+    SnapshotSummaryCollector,
 };
 use iceberg::table::Table;
 
 use super::Prepared;
 use super::snapshot;
 use crate::error::{Error, Result};
+use crate::lake::deletes;
 
 /// Data files replaced by files holding the same rows.
 #[derive(Debug, Default)]
@@ -44,7 +44,7 @@ pub struct Rewrite {
 
 /// A manifest written with some of a table's files marked deleted, and those files (with
 /// the id of their partition spec).
-type Marked = (ManifestFile, Vec<(DataFile, i32)>);
+pub(super) type Marked = (ManifestFile, Vec<(DataFile, i32)>);
 
 /// The manifests a rewrite wrote, kept across its attempts: all are written for one
 /// snapshot id, kept while no snapshot of the table takes it.
@@ -130,7 +130,10 @@ pub async fn prepare_rewrite(
     let mut removed_deletes = Vec::new();
     for file in list.entries() {
         if !cache.manifests.contains_key(&file.manifest_path) {
-            let done = rewrite_manifest(base, rewrite, file, (id, commit_id), cache.next).await?;
+            let done = rewrite_manifest(base, file, (id, commit_id), cache.next, |e| {
+                removes(rewrite, e)
+            })
+            .await?;
             cache.next += 1;
             cache.manifests.insert(file.manifest_path.clone(), done);
         }
@@ -223,29 +226,18 @@ fn removes(rewrite: &Rewrite, e: &ManifestEntry) -> bool {
     let f = &e.data_file;
     match f.content_type() {
         DataContentType::Data => rewrite.removed.contains(f.file_path()),
-        DataContentType::PositionDeletes => {
-            let one = f.referenced_data_file().or_else(|| {
-                let low = f.lower_bounds().get(&RESERVED_FIELD_ID_DELETE_FILE_PATH)?;
-                let high = f.upper_bounds().get(&RESERVED_FIELD_ID_DELETE_FILE_PATH)?;
-                match (low.literal(), low == high) {
-                    (PrimitiveLiteral::String(p), true) => Some(p.clone()),
-                    _ => None,
-                }
-            });
-            one.is_some_and(|p| rewrite.removed.contains(&p))
-        }
-        DataContentType::EqualityDeletes => false,
+        _ => deletes::scoped_to(f).is_some_and(|p| rewrite.removed.contains(&p)),
     }
 }
 
-/// Manifest `file` with the files `rewrite` removes marked deleted (see [`removes`]), and
-/// those files with their spec; `None` when it lists none of them.
-async fn rewrite_manifest(
+/// Manifest `file` with the live entries `removes` picks marked deleted, and those files
+/// with their spec; `None` when it lists none of them.
+pub(super) async fn rewrite_manifest(
     base: &Table,
-    rewrite: &Rewrite,
     file: &ManifestFile,
     (id, commit_id): (i64, uuid::Uuid),
     n: usize,
+    removes: impl Fn(&ManifestEntry) -> bool,
 ) -> Result<Option<Marked>> {
     let md = base.metadata();
     let manifest = file.load_manifest(base.file_io()).await?;
@@ -255,7 +247,7 @@ async fn rewrite_manifest(
         .filter(|e| e.is_alive())
         .map(|e| e.as_ref())
         .collect();
-    if !live.iter().any(|e| removes(rewrite, e)) {
+    if !live.iter().any(|e| removes(e)) {
         return Ok(None);
     }
     let ids = (id, commit_id);
@@ -270,7 +262,7 @@ async fn rewrite_manifest(
     let mut removed = Vec::new();
     for e in live {
         let (seq, file_seq) = sequence_numbers(e)?;
-        if removes(rewrite, e) {
+        if removes(e) {
             removed.push((e.data_file.clone(), file.partition_spec_id));
             writer.add_delete_file(e.data_file.clone(), seq, file_seq)?;
         } else {

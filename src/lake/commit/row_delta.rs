@@ -1,8 +1,10 @@
-//! Row-level changes (`DELETE`, `UPDATE`, `MERGE INTO`): position delete files removing
-//! rows of existing data files, and data files adding rows, in one snapshot.
+//! Row-level changes (`DELETE`, `UPDATE`, `MERGE INTO`, upserts): position delete files
+//! (v2) or deletion vectors (v3) removing rows of existing data files, and data files adding
+//! rows, in one snapshot.
 //!
 //! ```text
-//! base's manifests (kept as they are)
+//! base's manifests (kept as they are; in v3, delete manifests naming a deletion vector of a
+//!   file this delta gives a new one are rewritten with it marked deleted)
 //! + a delete manifest per partition spec of the delete files
 //! + a data manifest of the added files
 //! -> manifest list -> `delete` (deletes only), `append` (rows only) or `overwrite` snapshot
@@ -16,18 +18,19 @@
 //! statement may have deleted the same rows: preparing fails with [`Error::Conflict`] and the
 //! statement is planned again on the newer table.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use iceberg::spec::{
-    DataFile, ManifestContentType, Operation, Schema, SnapshotSummaryCollector,
-    UnboundPartitionSpec,
+    DataFile, FormatVersion, ManifestContentType, ManifestEntry, Operation, Schema,
+    SnapshotSummaryCollector, UnboundPartitionSpec,
 };
 use iceberg::table::Table;
 
 use super::Prepared;
-use super::replace::conflict;
+use super::replace::{conflict, rewrite_manifest};
 use super::snapshot;
 use crate::error::{Error, Result};
+use crate::lake::deletes;
 
 /// Rows removed from and added to a table.
 #[derive(Debug, Default)]
@@ -111,13 +114,48 @@ pub async fn prepare_row_delta(base: &Table, delta: &RowDelta) -> Result<Prepare
     let commit_id = uuid::Uuid::new_v4();
     let io = base.file_io();
     let mut manifests = Vec::new();
-    if let Some(current) = md.current_snapshot() {
-        let list = base.manifest_list_reader(current).load().await?;
-        manifests.extend(list.entries().iter().cloned());
-    }
     let mut collector = SnapshotSummaryCollector::default();
     let schema = md.current_schema().clone();
     let mut n = 0;
+    // A v3 data file has one deletion vector: the one this delta adds replaces (holds the
+    // deletes of) every delete file scoped to that file, removed here.
+    let replaced: HashSet<String> = if md.format_version() >= FormatVersion::V3 {
+        delta
+            .deletes
+            .iter()
+            .filter_map(|(d, _)| d.referenced_data_file())
+            .collect()
+    } else {
+        HashSet::new()
+    };
+    if let Some(current) = md.current_snapshot() {
+        let list = base.manifest_list_reader(current).load().await?;
+        for file in list.entries() {
+            if replaced.is_empty() || file.content != ManifestContentType::Deletes {
+                manifests.push(file.clone());
+                continue;
+            }
+            let scoped = |e: &ManifestEntry| {
+                deletes::scoped_to(&e.data_file).is_some_and(|p| replaced.contains(&p))
+            };
+            match rewrite_manifest(base, file, (id, commit_id), n, scoped).await? {
+                Some((written, removed)) => {
+                    n += 1;
+                    manifests.push(written);
+                    for (f, spec_id) in removed {
+                        let spec = md.partition_spec_by_id(spec_id).ok_or_else(|| {
+                            Error::Internal(format!(
+                                "table {} has no partition spec {spec_id}",
+                                base.identifier()
+                            ))
+                        })?;
+                        collector.remove_file(&f, schema.clone(), spec.clone());
+                    }
+                }
+                None => manifests.push(file.clone()),
+            }
+        }
+    }
     let mut by_spec: BTreeMap<i32, Vec<&DataFile>> = BTreeMap::new();
     for (d, spec_id) in &delta.deletes {
         by_spec.entry(*spec_id).or_default().push(d);

@@ -24,7 +24,9 @@ use futures::TryStreamExt;
 use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::expr::Predicate;
 use iceberg::scan::FileScanTask;
-use iceberg::spec::{DataFile, FormatVersion, ManifestContentType, ManifestStatus, Struct};
+use iceberg::spec::{
+    DataFile, DataFileFormat, FormatVersion, ManifestContentType, ManifestStatus, Struct,
+};
 use iceberg::table::Table;
 
 use super::{Maintained, Pace, sort};
@@ -148,7 +150,7 @@ pub async fn rewrite_data_files(table: &Maintained, options: &CompactOptions) ->
             let rewrite = &rewrite;
             async move {
                 let since = deletes_since(&current, read_snapshot)?;
-                let carried = carry(&current, rewrite, &since).await?;
+                let carried = carry(&current, rewrite, read_snapshot, &since).await?;
                 let prepared = prepare_rewrite(&current, rewrite, &carried).await;
                 if prepared.is_err() {
                     upsert::discard(&current, &carried).await;
@@ -332,11 +334,21 @@ fn deletes_since(current: &Table, read: i64) -> Result<Vec<i64>> {
 /// deleted are found in the new files (a job upserting the table deletes rows at every
 /// checkpoint, so a compaction that gave up on them would never land). In a table without
 /// one the rewrite gives up (rows are not told apart there).
-async fn carry(current: &Table, rewrite: &Rewrite, since: &[i64]) -> Result<Vec<(DataFile, i32)>> {
+///
+/// A deletion vector holds its file's earlier deletes too: the positions already deleted in
+/// the snapshot the rewrite read (`read`), whose rows it did not copy, are not carried.
+async fn carry(
+    current: &Table,
+    rewrite: &Rewrite,
+    read: i64,
+    since: &[i64],
+) -> Result<Vec<(DataFile, i32)>> {
     let md = current.metadata();
     let io = current.file_io();
+    let reader = deletes::DeleteReader::new(io.clone());
     // The positions deleted meanwhile, by replaced file.
     let mut deleted: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    let mut vectors = false;
     for id in since {
         let Some(snapshot) = md.snapshot_by_id(*id) else {
             continue;
@@ -354,11 +366,21 @@ async fn carry(current: &Table, rewrite: &Rewrite, since: &[i64]) -> Result<Vec<
                     continue;
                 };
                 if rewrite.removed.contains(&target) {
-                    let ps = deletes::read(io, e.data_file.file_path(), &target).await?;
+                    vectors |= e.data_file.file_format() == DataFileFormat::Puffin;
+                    let ps = reader.read(e.data_file.file_path(), &target).await?;
                     deleted.entry(target).or_default().extend(ps);
                 }
             }
         }
+    }
+    if vectors {
+        let then = deletes::scoped_at(current, read, &rewrite.removed).await?;
+        for (file, ps) in deleted.iter_mut() {
+            if let Some(before) = then.get(file) {
+                ps.retain(|p| before.binary_search(p).is_err());
+            }
+        }
+        deleted.retain(|_, ps| !ps.is_empty());
     }
     if deleted.is_empty() {
         return Ok(Vec::new());
@@ -384,7 +406,7 @@ async fn carry(current: &Table, rewrite: &Rewrite, since: &[i64]) -> Result<Vec<
         gone.extend(converter.of(&rows)?);
     }
     let spec_id = md.default_partition_spec_id();
-    let mut out = Vec::new();
+    let mut changes = Vec::new();
     for f in &rewrite.added {
         let mut ps = Vec::new();
         let mut pos = 0i64;
@@ -403,16 +425,11 @@ async fn carry(current: &Table, rewrite: &Rewrite, since: &[i64]) -> Result<Vec<
             path: f.file_path().to_string(),
             partition: f.partition().clone(),
             spec_id,
+            deletes: Vec::new(),
         };
-        match deletes::write(io, &target, &ps).await {
-            Ok(d) => out.push((d, spec_id)),
-            Err(e) => {
-                upsert::discard(current, &out).await;
-                return Err(e);
-            }
-        }
+        changes.push((target, ps));
     }
-    Ok(out)
+    deletes::write_all(current, &changes).await
 }
 
 /// Delete files written for a rewrite that is not committed.
