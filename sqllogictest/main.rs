@@ -50,7 +50,9 @@ impl sqllogictest::AsyncDB for FloeDb {
                     .collect(),
                 rows: rows(&batches).map_err(DbError)?,
             }),
-            Some(Output::Done(_)) | None => Ok(DBOutput::StatementComplete(0)),
+            Some(Output::Done(_) | Output::Started { .. }) | None => {
+                Ok(DBOutput::StatementComplete(0))
+            }
         }
     }
 

@@ -44,9 +44,9 @@ impl PrintOptions {
     /// Print one statement's output to `out`.
     pub fn print(&self, out: &mut dyn Write, output: &Output, elapsed: Duration) -> Result<()> {
         match output {
-            Output::Done(tag) => {
+            Output::Done(_) | Output::Started { .. } => {
                 if !self.quiet && self.format == Format::Table {
-                    writeln!(out, "{tag}").map_err(io_err)?;
+                    writeln!(out, "{output}").map_err(io_err)?;
                     writeln!(out, "Elapsed {:.3} seconds.\n", elapsed.as_secs_f64())
                         .map_err(io_err)?;
                 }

@@ -188,7 +188,7 @@ impl Session {
             maintenance,
         })?;
         if !options.dml_sync {
-            return Ok(Output::Done(format!("job '{name}' started")));
+            return Ok(Output::Started { job: name });
         }
         // Wait for the job; Ctrl-C stops it with a final checkpoint.
         let (state, error) = tokio::select! {

@@ -42,6 +42,26 @@ pub enum Output {
     Rows(SchemaRef, Vec<RecordBatch>),
     /// A statement with no rows; the text says what it did (`CREATE CATALOG`).
     Done(String),
+    /// A continuous job started and runs on (the session does not wait for it).
+    Started {
+        /// The job's name (`STOP JOB` takes it).
+        job: String,
+    },
+}
+
+impl std::fmt::Display for Output {
+    /// What a statement without rows did, as a tag (`CREATE CATALOG`, `job 'x' started`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Output::Rows(_, b) => write!(
+                f,
+                "SELECT {}",
+                b.iter().map(|b| b.num_rows()).sum::<usize>()
+            ),
+            Output::Done(tag) => f.write_str(tag),
+            Output::Started { job } => write!(f, "job '{job}' started"),
+        }
+    }
 }
 
 impl Output {
@@ -49,17 +69,20 @@ impl Output {
     pub fn row_count(&self) -> usize {
         match self {
             Output::Rows(_, b) => b.iter().map(|b| b.num_rows()).sum(),
-            Output::Done(_) => 0,
+            Output::Done(_) | Output::Started { .. } => 0,
         }
     }
 }
 
 /// A session: catalogs, settings, and the statements run in it.
+///
+/// Sessions [forked](Session::fork) from one share its catalogs, sources, views and jobs;
+/// each has settings of its own (the connections of a server).
 pub struct Session {
     ctx: SessionContext,
     catalog_list: Arc<SessionCatalogs>,
-    catalogs: RwLock<BTreeMap<String, CatalogHandle>>,
-    sources: RwLock<BTreeMap<String, SourceRef>>,
+    catalogs: Arc<RwLock<BTreeMap<String, CatalogHandle>>>,
+    sources: Arc<RwLock<BTreeMap<String, SourceRef>>>,
     jobs: Arc<Jobs>,
     /// Where `floe.jobs` is, by its full name.
     jobs_table: String,
@@ -141,10 +164,24 @@ impl Session {
         Self {
             ctx,
             catalog_list,
-            catalogs: RwLock::new(BTreeMap::new()),
-            sources: RwLock::new(BTreeMap::new()),
+            catalogs: Arc::default(),
+            sources: Arc::default(),
             jobs,
             jobs_table: format!("{default_catalog}.{JOBS_SCHEMA}.jobs"),
+        }
+    }
+
+    /// A session sharing this one's catalogs, sources, views and jobs, with a copy of its
+    /// settings as they are now: what one sets later the other does not see.
+    pub fn fork(&self) -> Session {
+        let state = SessionStateBuilder::new_from_existing(self.ctx.state()).build();
+        Session {
+            ctx: SessionContext::new_with_state(state),
+            catalog_list: self.catalog_list.clone(),
+            catalogs: self.catalogs.clone(),
+            sources: self.sources.clone(),
+            jobs: self.jobs.clone(),
+            jobs_table: self.jobs_table.clone(),
         }
     }
 
@@ -240,6 +277,29 @@ impl Session {
             return Ok(Output::Done("OK".into()));
         }
         Ok(Output::Rows(schema, batches))
+    }
+
+    /// The schema of the rows `stmt` returns, planned without running it, when it is a query
+    /// that reads no source; `None` when only running it tells (floe's statements, previews
+    /// of sources) or it does not plan (running it reports why).
+    pub async fn plan_schema(&self, stmt: &Statement) -> Option<SchemaRef> {
+        let Statement::DataFusion(s) = stmt else {
+            return None;
+        };
+        let DFStatement::Statement(inner) = s.as_ref() else {
+            return None;
+        };
+        if !matches!(inner.as_ref(), SQLStatement::Query(_)) || !self.sources_read_by(s).is_empty()
+        {
+            return None;
+        }
+        let plan = self
+            .ctx
+            .state()
+            .statement_to_plan(s.as_ref().clone())
+            .await
+            .ok()?;
+        Some(Arc::new(plan.schema().as_arrow().clone()))
     }
 
     /// Run SQL text that floe built (one of its statements printed back) through
