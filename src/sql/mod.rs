@@ -6,5 +6,5 @@ pub mod parser;
 pub mod statement;
 
 pub use options::Options;
-pub use parser::{ScriptStatement, is_complete, parse_sql, split_statements};
+pub use parser::{Literal, ScriptStatement, is_complete, parse_sql, split_statements};
 pub use statement::Statement;

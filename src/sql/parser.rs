@@ -43,6 +43,77 @@ impl ScriptStatement {
     pub fn parse(&self) -> Result<Statement> {
         parse_tokens(self.tokens.clone())
     }
+
+    /// How many parameters the statement takes: the highest `$n` placeholder in it.
+    pub fn parameters(&self) -> usize {
+        self.tokens
+            .iter()
+            .filter_map(|t| match &t.token {
+                Token::Placeholder(p) => p.strip_prefix('$')?.parse::<usize>().ok(),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// This statement with each placeholder `$n` replaced by `values[n - 1]`, as a token of
+    /// its own (a value can never become SQL). A placeholder without a value is an error.
+    pub fn bind(&self, values: &[Literal]) -> Result<ScriptStatement> {
+        let mut tokens = Vec::with_capacity(self.tokens.len());
+        for t in &self.tokens {
+            let Token::Placeholder(p) = &t.token else {
+                tokens.push(t.clone());
+                continue;
+            };
+            let n = p.strip_prefix('$').and_then(|n| n.parse::<usize>().ok());
+            let Some(value) = n.and_then(|n| values.get(n.wrapping_sub(1))) else {
+                return Err(Error::Plan(format!(
+                    "placeholder {p} has no value: the statement was given {} parameter(s)",
+                    values.len()
+                )));
+            };
+            let at = |token: Token| TokenWithSpan::new(token, t.span);
+            match value {
+                Literal::Null => tokens.push(at(Token::make_keyword("NULL"))),
+                Literal::Bool(b) => {
+                    tokens.push(at(Token::make_keyword(if *b { "TRUE" } else { "FALSE" })))
+                }
+                Literal::Number(n) => {
+                    let digits = n.strip_prefix('-');
+                    let body = digits.unwrap_or(n);
+                    let numeric = !body.is_empty()
+                        && body.parse::<f64>().is_ok()
+                        && body
+                            .chars()
+                            .all(|c| c.is_ascii_digit() || ".eE+-".contains(c));
+                    if !numeric {
+                        return Err(Error::Plan(format!("parameter {p}: '{n}' is not a number")));
+                    }
+                    tokens.push(at(Token::LParen));
+                    if digits.is_some() {
+                        tokens.push(at(Token::Minus));
+                    }
+                    tokens.push(at(Token::Number(body.to_string(), false)));
+                    tokens.push(at(Token::RParen));
+                }
+                Literal::String(s) => tokens.push(at(Token::SingleQuotedString(s.clone()))),
+            }
+        }
+        Ok(ScriptStatement {
+            line: self.line,
+            tokens,
+        })
+    }
+}
+
+/// A parameter's value, bound into a statement ([`ScriptStatement::bind`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Literal {
+    Null,
+    Bool(bool),
+    /// A number as text (checked to be one when bound).
+    Number(String),
+    String(String),
 }
 
 /// Split a script into statements at top-level `;`, without parsing them, so that a
@@ -911,6 +982,44 @@ pub fn name_parts(name: &ObjectName) -> Result<Vec<String>> {
 
 #[cfg(test)]
 mod tests {
+
+    fn bound(sql: &str, values: &[Literal]) -> Result<Statement> {
+        let stmts = split_statements(sql).unwrap();
+        stmts[0].bind(values)?.parse()
+    }
+
+    #[test]
+    fn parameters_are_bound_as_values_never_as_sql() {
+        let stmts = split_statements("SELECT * FROM t WHERE a = $2 AND b = $1").unwrap();
+        assert_eq!(stmts[0].parameters(), 2);
+        let got = bound(
+            "SELECT * FROM t WHERE a = $1 AND b = $2 AND c = $3 AND d = $4",
+            &[
+                Literal::String("x' OR '1'='1".into()),
+                Literal::Number("-5".into()),
+                Literal::Null,
+                Literal::Bool(true),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            got.to_string(),
+            "SELECT * FROM t WHERE a = 'x'' OR ''1''=''1' AND b = (-5) AND c = NULL AND d = true"
+        );
+        assert!(
+            bound("SELECT $1", &[Literal::Number("1; DROP TABLE t".into())])
+                .unwrap_err()
+                .to_string()
+                .contains("is not a number")
+        );
+        assert!(
+            bound("SELECT $2", &[Literal::Null])
+                .unwrap_err()
+                .to_string()
+                .contains("placeholder $2 has no value")
+        );
+    }
+
     #[test]
     fn debug_of_a_statement_shows_no_secret() {
         let parsed = super::parse_sql(
