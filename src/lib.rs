@@ -48,7 +48,7 @@
 //!
 //! ## Layers
 //!
-//! `error < schema < lake < checkpoint < sink < stream < catalog/session < cli`: each uses
+//! `error < schema < lake < checkpoint < sink < stream < catalog/session < server < cli`: each uses
 //! only those to its left ([`task`], [`secret`], [`failpoint`], [`sql`], [`config`],
 //! [`connector`] and [`mod@format`] are used across them). New commit actions go in
 //! [`lake::commit`], new statements in [`session`], new operators in [`stream`].
@@ -66,6 +66,7 @@ pub mod lake;
 pub mod process;
 pub mod schema;
 pub mod secret;
+pub mod server;
 pub mod session;
 pub mod sink;
 pub mod sql;

@@ -48,6 +48,25 @@ pub struct Args {
     /// Serve job metrics in the Prometheus text format on ADDR (e.g. 127.0.0.1:9249).
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// What floe runs instead of a REPL or scripts.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Run a server that owns the jobs and speaks the PostgreSQL protocol (psql, psycopg, JDBC).
+    Serve {
+        /// The address to listen on (loopback only, for now).
+        #[arg(long, default_value = "127.0.0.1:5433", value_name = "ADDR")]
+        listen: std::net::SocketAddr,
+        /// Where the server keeps its catalogs, sources, jobs and checkpoints.
+        #[arg(long, default_value = ".floe-server", value_name = "DIR")]
+        state_dir: PathBuf,
+        /// Run the SQL script FILE at every start (repeatable), before the state is restored.
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        init: Vec<PathBuf>,
+    },
 }
 
 impl Args {
@@ -62,6 +81,25 @@ impl Args {
 
 /// Run the command line; the result is the process exit code.
 pub async fn main(args: Args) -> i32 {
+    if let Some(Command::Serve {
+        listen,
+        state_dir,
+        init,
+    }) = &args.command
+    {
+        let options = crate::server::ServeOptions {
+            listen: *listen,
+            state_dir: state_dir.clone(),
+            init: init.clone(),
+        };
+        return match crate::server::serve(options).await {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("Error: {e}");
+                2
+            }
+        };
+    }
     let session = Arc::new(Session::new());
     let print = args.print_options();
     let _metrics = match &args.metrics {

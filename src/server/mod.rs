@@ -1,0 +1,218 @@
+//! `floe serve`: a long-running process that owns the jobs, and speaks the PostgreSQL wire
+//! protocol to any client (psql, psycopg, JDBC tools).
+//!
+//! ```text
+//! start:   state dir (state.rs) -> init scripts (-f) -> catalogs and sources clients
+//!          defined -> every job that was running, from its last checkpoint
+//! serve:   a connection = a session forked from the server's (settings of its own; the
+//!          catalogs, sources and jobs of all), pg.rs; a job a client submits returns at
+//!          once and runs on after it disconnects
+//! stop:    SIGINT / SIGTERM: jobs take a final checkpoint and stay to be resumed;
+//!          SIGKILL: the next start resumes them from their last checkpoint, exactly once
+//! ```
+//! Listening is on loopback only until password authentication lands: anything else
+//! refuses to start.
+
+mod encode;
+mod pg;
+mod state;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use pgwire::api::ConnectionManager;
+use tokio::net::TcpListener;
+
+use crate::error::{Error, Result};
+use crate::session::Session;
+use crate::sql::parse_sql;
+use crate::stream::status::JobState;
+use crate::task::AbortOnDrop;
+use state::ServerState;
+
+/// How `floe serve` runs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub listen: SocketAddr,
+    pub state_dir: PathBuf,
+    /// Scripts run at every start, before the state is restored.
+    pub init: Vec<PathBuf>,
+}
+
+/// A running server: its session (whose catalogs, sources and jobs every connection
+/// shares), its state directory and its connections.
+pub struct Server {
+    session: Session,
+    state: ServerState,
+    connections: Arc<ConnectionManager>,
+}
+
+impl Server {
+    fn session(&self) -> &Session {
+        &self.session
+    }
+
+    fn state(&self) -> &ServerState {
+        &self.state
+    }
+
+    fn connections(&self) -> Arc<ConnectionManager> {
+        self.connections.clone()
+    }
+}
+
+/// Run the server until SIGINT or SIGTERM.
+pub async fn serve(options: ServeOptions) -> Result<()> {
+    if !options.listen.ip().is_loopback() {
+        return Err(Error::Unsupported(format!(
+            "listening on {}: floe serve accepts connections without a password, so it \
+             listens on a loopback address only (127.0.0.1 or ::1)",
+            options.listen
+        )));
+    }
+    let state = ServerState::open(&options.state_dir)?;
+    let session = Session::new();
+    let checkpoints = state.checkpoints();
+    session
+        .sql(&format!(
+            "SET 'state.dir' = '{}'",
+            checkpoints.display().to_string().replace('\'', "''")
+        ))
+        .await?;
+    for file in &options.init {
+        run_init(&session, file).await?;
+    }
+    for definition in state.definitions() {
+        if let Err(e) = session.sql(&definition).await
+            && !matches!(e, Error::AlreadyExists(_))
+        {
+            eprintln!("floe serve: could not restore `{definition}`: {e}");
+        }
+    }
+    let server = Arc::new(Server {
+        session,
+        state,
+        connections: Arc::new(ConnectionManager::new()),
+    });
+    resume_jobs(&server).await;
+    let listener = TcpListener::bind(options.listen)
+        .await
+        .map_err(|source| Error::Io {
+            context: format!("listening on {}", options.listen),
+            source,
+        })?;
+    let address = listener.local_addr().map_err(|source| Error::Io {
+        context: "reading the listening address".into(),
+        source,
+    })?;
+    eprintln!(
+        "floe serve: listening on {address} (psql -h {} -p {})",
+        address.ip(),
+        address.port()
+    );
+    let _watch = AbortOnDrop::from(tokio::spawn(forget_finished_jobs(server.clone())));
+    let accept = async {
+        loop {
+            let (socket, _) = match listener.accept().await {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("floe serve: accepting a connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let connection = Arc::new(pg::Connection::new(server.clone(), server.connections()));
+            tokio::spawn(async move {
+                let _ = pgwire::tokio::process_socket(socket, None, pg::Handlers(connection)).await;
+            });
+        }
+    };
+    tokio::select! {
+        _ = accept => {}
+        _ = shutdown_signal() => {}
+    }
+    eprintln!("floe serve: stopping; every job takes a final checkpoint");
+    server.session.jobs().stop_all().await;
+    Ok(())
+}
+
+async fn run_init(session: &Session, file: &Path) -> Result<()> {
+    let sql = std::fs::read_to_string(file).map_err(|source| Error::Io {
+        context: format!("reading {}", file.display()),
+        source,
+    })?;
+    session
+        .sql(&sql)
+        .await
+        .map(|_| ())
+        .map_err(|e| Error::Plan(format!("{}: {e}", file.display())))
+}
+
+/// Start every job the state directory holds again, each in a session of its own with the
+/// settings it was submitted with; it resumes from its last checkpoint.
+async fn resume_jobs(server: &Server) {
+    let jobs = match server.state.jobs() {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("floe serve: {e}");
+            return;
+        }
+    };
+    for (path, script) in jobs {
+        let session = server.session.fork();
+        let resumed = async {
+            let mut statements = parse_sql(&script)?;
+            let insert = statements.pop();
+            for s in statements {
+                session.execute(s).await?;
+            }
+            // The server never waits for a job.
+            session.sql("SET 'table.dml-sync' = 'false'").await?;
+            match insert {
+                Some(insert) => session.execute(insert).await.map(|_| ()),
+                None => Ok(()),
+            }
+        };
+        match resumed.await {
+            Ok(()) => eprintln!("floe serve: resumed {}", path.display()),
+            Err(e) => eprintln!("floe serve: could not resume {}: {e}", path.display()),
+        }
+    }
+}
+
+/// Jobs whose sources are exhausted are done: they are not started again.
+async fn forget_finished_jobs(server: Arc<Server>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for row in server.session.jobs().rows() {
+            if row.state == JobState::Finished.to_string()
+                && let Err(e) = server.state.job_ended(&row.name)
+            {
+                eprintln!("floe serve: {e}");
+            }
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,273 @@
+"""`floe serve`: psql and psycopg (the extended protocol) drive a server that owns its jobs:
+DDL, queries, parameters, errors that leave the connection usable, a cancel, jobs that run on
+after their client disconnects and resume after the server is killed, exactly once (checked
+through pyiceberg)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from conftest import SqlLake
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class FloeServer:
+    """`floe serve` on a free loopback port, its state in `state`; started and killed at will."""
+
+    def __init__(self, floe_bin: Path, workdir: Path):
+        self.floe_bin = floe_bin
+        self.workdir = workdir
+        self.state = workdir / "server-state"
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.log = workdir / "server.log"
+
+    def start(self) -> None:
+        with open(self.log, "a") as log:
+            self.proc = subprocess.Popen(
+                [str(self.floe_bin), "serve", "--listen", f"127.0.0.1:{self.port}",
+                 "--state-dir", str(self.state)],
+                cwd=self.workdir, stdout=log, stderr=log,
+            )
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            assert self.proc.poll() is None, f"floe serve exited: {self.log.read_text()}"
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError(f"floe serve did not listen: {self.log.read_text()}")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=60)
+
+    def connect(self, **kw) -> psycopg.Connection:
+        return psycopg.connect(host="127.0.0.1", port=self.port, user="floe", dbname="floe",
+                               autocommit=kw.pop("autocommit", True), **kw)
+
+    def psql(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["psql", "-X", "-h", "127.0.0.1", "-p", str(self.port), "-U", "floe", "floe", *args],
+            input=input, capture_output=True, text=True, timeout=120,
+            env={**os.environ, "PGCONNECT_TIMEOUT": "10"},
+        )
+
+
+@pytest.fixture
+def server(floe_bin: Path, tmp_path: Path):
+    s = FloeServer(floe_bin, tmp_path)
+    s.start()
+    yield s
+    if s.proc is not None and s.proc.poll() is None:
+        s.kill()
+
+
+def rows(conn: psycopg.Connection, sql: str, params=None) -> list[tuple]:
+    """The rows of `sql` (none for a statement without rows)."""
+    with conn.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetchall() if cur.description else []
+
+
+def test_psql_runs_ddl_queries_and_an_error_leaves_the_session_usable(
+    server: FloeServer, lake: SqlLake
+):
+    script = f"""
+{lake.ddl()};
+CREATE SCHEMA lake.shop;
+CREATE TABLE lake.shop.orders (id BIGINT NOT NULL, customer STRING, amount DECIMAL(10, 2),
+  paid BOOLEAN, ts TIMESTAMP);
+INSERT INTO lake.shop.orders VALUES (1, 'ann', 19.99, true, TIMESTAMP '2024-05-01 09:15:00'),
+  (2, 'bob', 5.00, false, NULL);
+SELECT * FROM lake.shop.nope;
+SELECT id, customer, amount, paid, ts FROM lake.shop.orders ORDER BY id;
+"""
+    out = server.psql("--csv", "-f", "-", input=script)
+    assert out.returncode == 0, out.stderr
+    # The bad statement is an error naming the table; the next statement still runs.
+    assert "ERROR:" in out.stderr and "nope" in out.stderr, out.stderr
+    assert "id,customer,amount,paid,ts\n1,ann,19.99,t,2024-05-01 09:15:00.000000\n2,bob,5.00,f,\n" in out.stdout, out.stdout
+    # Written through the server, read by another Iceberg implementation.
+    table = lake.pyiceberg().load_table("shop.orders")
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [1, 2]
+    # The catalog outlives the connection: a new psql sees it.
+    again = server.psql("--csv", "-c", "SELECT count(*) AS n FROM lake.shop.orders")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == "n\n2\n", again.stdout
+    # Several statements in one query; an error stops the rest with SQLSTATE shown.
+    multi = server.psql("-v", "VERBOSITY=verbose", "-c", "SELECT 1 AS a; SELEC 2; SELECT 3 AS c")
+    assert "42601" in multi.stderr, multi.stderr
+
+
+def test_psycopg_binds_parameters_and_errors_carry_sqlstate(server: FloeServer, lake: SqlLake):
+    with server.connect() as conn:
+        rows(conn, lake.ddl())
+        rows(conn, "CREATE SCHEMA lake.s")
+        rows(conn, "CREATE TABLE lake.s.t (id BIGINT, name STRING, score DOUBLE)")
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO lake.s.t VALUES (1, 'a', 1.5), (2, 'b''s', 2.5), (3, NULL, 0)")
+        # Parameters of several types, bound as values (a quote is a character, not SQL).
+        assert rows(conn, "SELECT id, name FROM lake.s.t WHERE name = %s", ("b's",)) == [(2, "b's")]
+        assert rows(conn, "SELECT id FROM lake.s.t WHERE id > %s AND score < %s ORDER BY id",
+                    (1, 3.0)) == [(2,), (3,)]
+        assert rows(conn, "SELECT count(*) FROM lake.s.t WHERE name = %s OR name IS NULL",
+                    ("x' OR '1'='1",)) == [(1,)]
+        # A prepared statement, run again with other values.
+        with conn.cursor() as cur:
+            for k, want in [(1, "a"), (2, "b's")]:
+                cur.execute("SELECT name FROM lake.s.t WHERE id = %s", (k,), prepare=True)
+                assert cur.fetchone() == (want,)
+        # Types come back as PostgreSQL types.
+        (row,) = rows(conn, "SELECT CAST(1 AS INT) AS i, CAST(2.50 AS DECIMAL(5,2)) AS d, "
+                            "DATE '2024-05-01' AS day, true AS b, 'x' AS s")
+        import datetime, decimal
+        assert row == (1, decimal.Decimal("2.50"), datetime.date(2024, 5, 1), True, "x"), row
+        # An error carries its SQLSTATE and leaves the connection usable.
+        with pytest.raises(psycopg.Error) as e:
+            rows(conn, "SELECT * FROM lake.s.nope")
+        assert e.value.sqlstate is not None and e.value.sqlstate.startswith("42"), e.value.sqlstate
+        with pytest.raises(psycopg.errors.SyntaxError):
+            rows(conn, "SELEC 1")
+        assert rows(conn, "SELECT count(*) FROM lake.s.t") == [(3,)]
+        # floe's own statements over the extended protocol.
+        names = [r[0] for r in rows(conn, "SHOW CATALOGS")]
+        assert "lake" in names, names
+    # A client in transaction mode (psycopg's default) gets its BEGIN and COMMIT.
+    with server.connect(autocommit=False) as conn:
+        assert rows(conn, "SELECT count(*) FROM lake.s.t") == [(3,)]
+        conn.commit()
+
+
+def test_a_cancel_stops_only_the_running_query(server: FloeServer):
+    with server.connect() as conn, server.connect() as other:
+        errors = []
+
+        def slow() -> None:
+            try:
+                rows(conn, "SELECT count(DISTINCT value % 1000003) FROM range(1, 2000000000)")
+            except psycopg.Error as e:
+                errors.append(e)
+
+        t = threading.Thread(target=slow)
+        t.start()
+        time.sleep(1.0)
+        began = time.time()
+        conn.cancel()
+        t.join(timeout=60)
+        assert not t.is_alive(), "the cancelled query did not end"
+        assert time.time() - began < 30
+        assert errors and isinstance(errors[0], psycopg.errors.QueryCanceled), errors
+        # The cancelled connection and the other one go on.
+        assert rows(conn, "SELECT 1") == [(1,)]
+        assert rows(other, "SELECT 2") == [(2,)]
+
+
+def start_job(conn: psycopg.Connection, name: str, table: str, source: str) -> str:
+    with conn.cursor() as cur:
+        cur.execute(f"SET 'pipeline.name' = '{name}'")
+        cur.execute(f"INSERT INTO {table} SELECT * FROM {source}")
+        return cur.statusmessage
+
+
+def jobs(conn: psycopg.Connection) -> dict[str, str]:
+    return {r[0]: r[1] for r in rows(conn, "SELECT name, state FROM floe.jobs")}
+
+
+def wait_for(what, timeout: float = 120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        got = what()
+        if got:
+            return got
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting: {what()}")
+
+
+def test_jobs_outlive_their_client_and_resume_after_the_server_is_killed(
+    server: FloeServer, lake: SqlLake
+):
+    n = 24_000
+    with server.connect() as conn:
+        rows(conn, lake.ddl())
+        rows(conn, "CREATE SCHEMA lake.s")
+        for t in ("a", "b"):
+            rows(conn, f"CREATE TABLE lake.s.{t} (order_id BIGINT, customer_id BIGINT, "
+                       "product STRING, quantity INT, price DOUBLE, region STRING, status STRING, "
+                       "order_time TIMESTAMP)")
+            rows(conn, f"CREATE SOURCE g{t} WITH ('connector' = 'datagen', 'profile' = 'orders', "
+                       f"'number-of-rows' = '{n}', 'rows-per-second' = '2000')")
+        rows(conn, "SET 'checkpoint.interval' = '300ms'")
+        # A job returns at once with its name.
+        assert start_job(conn, "ja", "lake.s.a", "ga") == "job 'ja' started"
+        assert start_job(conn, "jb", "lake.s.b", "gb") == "job 'jb' started"
+    # The client is gone; the jobs run on, seen from another client.
+    with server.connect() as conn:
+        assert set(jobs(conn)) == {"ja", "jb"}
+        wait_for(lambda: all(int(r[0]) > 0 for r in rows(
+            conn, "SELECT records_out FROM floe.jobs")))
+    time.sleep(2)
+    server.kill()
+    server.start()
+    with server.connect() as conn:
+        # Both jobs were started again, from their last checkpoints, and run to their end.
+        wait_for(lambda: jobs(conn) == {"ja": "finished", "jb": "finished"})
+    catalog = lake.pyiceberg()
+    for t in ("a", "b"):
+        ids = catalog.load_table(f"s.{t}").scan().to_arrow().column("order_id").to_pylist()
+        assert len(ids) == n and len(set(ids)) == n, (t, len(ids), len(set(ids)))
+    # Done jobs are not started again.
+    wait_for(lambda: not list((server.state / "jobs").iterdir()))
+    assert server.stop() == 0
+
+
+def test_a_job_stopped_by_a_client_is_not_resumed(server: FloeServer, lake: SqlLake):
+    with server.connect() as conn:
+        rows(conn, lake.ddl())
+        rows(conn, "CREATE SCHEMA lake.s")
+        rows(conn, "CREATE TABLE lake.s.t (order_id BIGINT, customer_id BIGINT, product STRING, "
+                   "quantity INT, price DOUBLE, region STRING, status STRING, order_time TIMESTAMP)")
+        rows(conn, "CREATE SOURCE g WITH ('connector' = 'datagen', 'profile' = 'orders', "
+                   "'rows-per-second' = '500')")
+        assert start_job(conn, "forever", "lake.s.t", "g") == "job 'forever' started"
+    with server.connect() as conn:
+        wait_for(lambda: jobs(conn).get("forever") == "running")
+        with conn.cursor() as cur:
+            cur.execute("STOP JOB forever")
+            assert cur.statusmessage == "job 'forever' stopped", cur.statusmessage
+    server.kill()
+    server.start()
+    with server.connect() as conn:
+        # The catalog and the source are back; the stopped job is not.
+        assert jobs(conn) == {}
+        assert rows(conn, "SELECT count(*) > 0 FROM lake.s.t") == [(True,)]
+        names = [r[0] for r in rows(conn, "SHOW SOURCES")]
+        assert names == ["g"], names
+
+
+def test_a_server_refuses_a_non_loopback_address(floe_bin: Path, tmp_path: Path):
+    out = subprocess.run([str(floe_bin), "serve", "--listen", "0.0.0.0:0", "--state-dir",
+                          str(tmp_path / "s")], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "loopback" in out.stderr, out.stderr
