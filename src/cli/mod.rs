@@ -66,6 +66,19 @@ pub enum Command {
         /// Run the SQL script FILE at every start (repeatable), before the state is restored.
         #[arg(short = 'f', long = "file", value_name = "FILE")]
         init: Vec<PathBuf>,
+        /// The user clients log in as (with the password).
+        #[arg(long, default_value = "floe", value_name = "NAME")]
+        user: String,
+        /// Clients log in with the password in FILE (SCRAM-SHA-256); FLOE_SERVER_PASSWORD
+        /// gives it too. Without one, only loopback addresses are served.
+        #[arg(long, value_name = "FILE")]
+        password_file: Option<PathBuf>,
+        /// TLS: the server's certificate (PEM), with --tls-key.
+        #[arg(long, value_name = "FILE", requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// TLS: the certificate's private key (PEM), with --tls-cert.
+        #[arg(long, value_name = "FILE", requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
     },
 }
 
@@ -85,12 +98,40 @@ pub async fn main(args: Args) -> i32 {
         listen,
         state_dir,
         init,
+        user,
+        password_file,
+        tls_cert,
+        tls_key,
     }) = &args.command
     {
+        let password = match password_file {
+            Some(file) => match std::fs::read_to_string(file) {
+                Ok(p) => Some(p.trim_end_matches(['\n', '\r']).to_string()),
+                Err(e) => {
+                    eprintln!("Error: cannot read {}: {e}", file.display());
+                    return 2;
+                }
+            },
+            None => std::env::var("FLOE_SERVER_PASSWORD").ok(),
+        };
+        if password.as_deref() == Some("") {
+            eprintln!("Error: the server's password is empty");
+            return 2;
+        }
+        let tls = match (tls_cert, tls_key) {
+            (Some(cert), Some(key)) => Some(crate::server::Tls {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => None,
+        };
         let options = crate::server::ServeOptions {
             listen: *listen,
             state_dir: state_dir.clone(),
             init: init.clone(),
+            user: user.clone(),
+            password,
+            tls,
         };
         return match crate::server::serve(options).await {
             Ok(()) => 0,

@@ -10,9 +10,10 @@
 //! stop:    SIGINT / SIGTERM: jobs take a final checkpoint and stay to be resumed;
 //!          SIGKILL: the next start resumes them from their last checkpoint, exactly once
 //! ```
-//! Listening is on loopback only until password authentication lands: anything else
-//! refuses to start.
+//! Without a password it listens on loopback only (anything else refuses to start); with
+//! one, clients log in with SCRAM-SHA-256 from anywhere (`auth.rs`), over TLS if configured.
 
+mod auth;
 mod encode;
 mod pg;
 mod state;
@@ -32,13 +33,32 @@ use crate::stream::status::JobState;
 use crate::task::AbortOnDrop;
 use state::ServerState;
 
+pub use auth::Tls;
+
 /// How `floe serve` runs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ServeOptions {
     pub listen: SocketAddr,
     pub state_dir: PathBuf,
     /// Scripts run at every start, before the state is restored.
     pub init: Vec<PathBuf>,
+    /// The user clients log in as, and its password (none: loopback clients only, no login).
+    pub user: String,
+    pub password: Option<String>,
+    pub tls: Option<Tls>,
+}
+
+impl std::fmt::Debug for ServeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeOptions")
+            .field("listen", &self.listen)
+            .field("state_dir", &self.state_dir)
+            .field("init", &self.init)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "****"))
+            .field("tls", &self.tls)
+            .finish()
+    }
 }
 
 /// A running server: its session (whose catalogs, sources and jobs every connection
@@ -47,6 +67,7 @@ pub struct Server {
     session: Session,
     state: ServerState,
     connections: Arc<ConnectionManager>,
+    credentials: Option<Arc<auth::Credentials>>,
 }
 
 impl Server {
@@ -61,17 +82,23 @@ impl Server {
     fn connections(&self) -> Arc<ConnectionManager> {
         self.connections.clone()
     }
+
+    fn credentials(&self) -> Option<Arc<auth::Credentials>> {
+        self.credentials.clone()
+    }
 }
 
 /// Run the server until SIGINT or SIGTERM.
 pub async fn serve(options: ServeOptions) -> Result<()> {
-    if !options.listen.ip().is_loopback() {
+    if !options.listen.ip().is_loopback() && options.password.is_none() {
         return Err(Error::Unsupported(format!(
-            "listening on {}: floe serve accepts connections without a password, so it \
-             listens on a loopback address only (127.0.0.1 or ::1)",
+            "listening on {} without a password: a server without one listens on a \
+             loopback address only (127.0.0.1 or ::1); give it a password \
+             (--password-file or FLOE_SERVER_PASSWORD) to listen on others",
             options.listen
         )));
     }
+    let acceptor = options.tls.as_ref().map(Tls::acceptor).transpose()?;
     let state = ServerState::open(&options.state_dir)?;
     let session = Session::new();
     let checkpoints = state.checkpoints();
@@ -95,6 +122,10 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
         session,
         state,
         connections: Arc::new(ConnectionManager::new()),
+        credentials: options
+            .password
+            .as_deref()
+            .map(|p| Arc::new(auth::Credentials::new(options.user.clone(), p))),
     });
     resume_jobs(&server).await;
     let listener = TcpListener::bind(options.listen)
@@ -123,9 +154,10 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
                     continue;
                 }
             };
-            let connection = Arc::new(pg::Connection::new(server.clone(), server.connections()));
+            let handlers = pg::Handlers::new(&server);
+            let acceptor = acceptor.clone();
             tokio::spawn(async move {
-                let _ = pgwire::tokio::process_socket(socket, None, pg::Handlers(connection)).await;
+                let _ = pgwire::tokio::process_socket(socket, acceptor, handlers).await;
             });
         }
     };

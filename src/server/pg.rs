@@ -34,6 +34,7 @@ use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 
 use super::Server;
+use super::auth::Startup;
 use super::encode;
 use super::state::Kind;
 use crate::error::{Error, ErrorKind};
@@ -468,22 +469,40 @@ impl NoopStartupHandler for Connection {
 }
 
 /// The handlers of one connection.
-pub struct Handlers(pub Arc<Connection>);
+pub struct Handlers {
+    connection: Arc<Connection>,
+    startup: Arc<Startup<Connection>>,
+}
+
+impl Handlers {
+    /// A new connection's: it starts with SCRAM when the server has a password.
+    pub fn new(server: &Arc<Server>) -> Self {
+        let connection = Arc::new(Connection::new(server.clone(), server.connections()));
+        let startup = match server.credentials() {
+            Some(c) => Startup::password(c, server.connections()),
+            None => Startup::Open(connection.clone()),
+        };
+        Self {
+            connection,
+            startup: Arc::new(startup),
+        }
+    }
+}
 
 impl PgWireServerHandlers for Handlers {
     fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
-        self.0.clone()
+        self.connection.clone()
     }
 
     fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
-        self.0.clone()
+        self.connection.clone()
     }
 
     fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
-        self.0.clone()
+        self.startup.clone()
     }
 
     fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
-        self.0.cancel.clone()
+        self.connection.cancel.clone()
     }
 }

@@ -28,9 +28,11 @@ def free_port() -> int:
 class FloeServer:
     """`floe serve` on a free loopback port, its state in `state`; started and killed at will."""
 
-    def __init__(self, floe_bin: Path, workdir: Path):
+    def __init__(self, floe_bin: Path, workdir: Path, *args: str, host: str = "127.0.0.1"):
         self.floe_bin = floe_bin
         self.workdir = workdir
+        self.args = args
+        self.host = host
         self.state = workdir / "server-state"
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
@@ -39,8 +41,8 @@ class FloeServer:
     def start(self) -> None:
         with open(self.log, "a") as log:
             self.proc = subprocess.Popen(
-                [str(self.floe_bin), "serve", "--listen", f"127.0.0.1:{self.port}",
-                 "--state-dir", str(self.state)],
+                [str(self.floe_bin), "serve", "--listen", f"{self.host}:{self.port}",
+                 "--state-dir", str(self.state), *self.args],
                 cwd=self.workdir, stdout=log, stderr=log,
             )
         deadline = time.time() + 60
@@ -67,11 +69,15 @@ class FloeServer:
         return psycopg.connect(host="127.0.0.1", port=self.port, user="floe", dbname="floe",
                                autocommit=kw.pop("autocommit", True), **kw)
 
-    def psql(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
+    def psql(self, *args: str, input: str | None = None, password: str | None = None,
+             user: str = "floe", sslmode: str = "prefer") -> subprocess.CompletedProcess:
+        env = {**os.environ, "PGCONNECT_TIMEOUT": "10", "PGSSLMODE": sslmode}
+        if password is not None:
+            env["PGPASSWORD"] = password
         return subprocess.run(
-            ["psql", "-X", "-h", "127.0.0.1", "-p", str(self.port), "-U", "floe", "floe", *args],
-            input=input, capture_output=True, text=True, timeout=120,
-            env={**os.environ, "PGCONNECT_TIMEOUT": "10"},
+            ["psql", "-X", "-w", "-h", "127.0.0.1", "-p", str(self.port), "-U", user, "floe",
+             *args],
+            input=input, capture_output=True, text=True, timeout=120, env=env,
         )
 
 
@@ -266,8 +272,50 @@ def test_a_job_stopped_by_a_client_is_not_resumed(server: FloeServer, lake: SqlL
         assert names == ["g"], names
 
 
-def test_a_server_refuses_a_non_loopback_address(floe_bin: Path, tmp_path: Path):
+def test_a_server_without_a_password_refuses_a_non_loopback_address(
+    floe_bin: Path, tmp_path: Path
+):
+    env = {k: v for k, v in os.environ.items() if k != "FLOE_SERVER_PASSWORD"}
     out = subprocess.run([str(floe_bin), "serve", "--listen", "0.0.0.0:0", "--state-dir",
-                          str(tmp_path / "s")], capture_output=True, text=True, timeout=60)
+                          str(tmp_path / "s")], capture_output=True, text=True, timeout=60,
+                         env=env)
     assert out.returncode != 0
-    assert "loopback" in out.stderr, out.stderr
+    assert "without a password" in out.stderr and "loopback" in out.stderr, out.stderr
+
+
+def self_signed(dir: Path) -> tuple[Path, Path]:
+    cert, key = dir / "server.crt", dir / "server.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def test_a_password_is_checked_with_scram_and_tls_encrypts(floe_bin: Path, tmp_path: Path):
+    secret = tmp_path / "password"
+    secret.write_text("s3cret pass\n")
+    cert, key = self_signed(tmp_path)
+    # With a password the server may listen on every address.
+    server = FloeServer(floe_bin, tmp_path, "--password-file", str(secret), "--tls-cert",
+                        str(cert), "--tls-key", str(key), host="0.0.0.0")
+    server.start()
+    try:
+        wrong = server.psql("-c", "SELECT 1", password="nope")
+        assert wrong.returncode != 0
+        assert "password authentication failed" in wrong.stderr.lower(), wrong.stderr
+        stranger = server.psql("-c", "SELECT 1", password="s3cret pass", user="mallory")
+        assert stranger.returncode != 0, stranger.stdout
+        missing = server.psql("-c", "SELECT 1")
+        assert missing.returncode != 0, missing.stdout
+        for sslmode in ("require", "disable"):
+            right = server.psql("--csv", "-c", "SELECT 41 + 1 AS n", password="s3cret pass",
+                                sslmode=sslmode)
+            assert right.returncode == 0, (sslmode, right.stderr)
+            assert right.stdout == "n\n42\n", right.stdout
+        with psycopg.connect(host="127.0.0.1", port=server.port, user="floe",
+                             password="s3cret pass", dbname="floe", sslmode="require",
+                             autocommit=True) as conn:
+            assert conn.pgconn.ssl_in_use
+            assert rows(conn, "SELECT %s::BIGINT * 2", (21,)) == [(42,)]
+    finally:
+        server.kill()
