@@ -57,6 +57,13 @@ pub fn peak_rss_mib() -> f64 {
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
+/// Start counting [`peak_rss_mib`] afresh from the memory resident now (Linux: writing 5 to
+/// `/proc/self/clear_refs` resets the high-water mark), so a later reading is one phase's.
+#[allow(dead_code)]
+pub fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
 /// Start `insert` (a continuous INSERT of job `job`) and measure its sustained rate: rows
 /// written per second from the end of its first checkpoint to the end of `checkpoints`
 /// more; the job is stopped after.
