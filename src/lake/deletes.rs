@@ -88,7 +88,7 @@ pub async fn write_all(
         FormatVersion::V2 => {
             let mut out: Vec<(DataFile, i32)> = Vec::new();
             for (target, positions) in changes {
-                match write(io, target, positions).await {
+                match write_positions(io, target, positions).await {
                     Ok(d) => out.push((d, target.spec_id)),
                     Err(e) => {
                         discard(io, &out).await;
@@ -316,9 +316,12 @@ fn schema() -> Arc<ArrowSchema> {
     ]))
 }
 
+/// Rows of a position delete file written at a time.
+const DELETE_BATCH: usize = 1 << 16;
+
 /// Write the delete file removing the rows at `positions` (ascending, distinct) of `target`,
 /// uncommitted.
-pub async fn write(io: &FileIO, target: &Target, positions: &[i64]) -> Result<DataFile> {
+async fn write_positions(io: &FileIO, target: &Target, positions: &[i64]) -> Result<DataFile> {
     let (Some(&first), Some(&last)) = (positions.first(), positions.last()) else {
         return Err(Error::Internal(format!(
             "a delete file of no rows for {}",
@@ -332,24 +335,29 @@ pub async fn write(io: &FileIO, target: &Target, positions: &[i64]) -> Result<Da
         .unwrap_or(&target.path);
     let path = format!("{folder}/{}-deletes.parquet", uuid::Uuid::new_v4());
     let fail = |e: String| Error::Internal(format!("writing delete file {path}: {e}"));
-    let batch = RecordBatch::try_new(
-        schema(),
-        vec![
-            Arc::new(StringArray::from(vec![
-                target.path.as_str();
-                positions.len()
-            ])),
-            Arc::new(Int64Array::from(positions.to_vec())),
-        ],
-    )
-    .map_err(|e| fail(e.to_string()))?;
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .build();
     let mut buffer = Vec::new();
     let mut writer = ArrowWriter::try_new(&mut buffer, schema(), Some(props))
         .map_err(|e| fail(e.to_string()))?;
-    writer.write(&batch).map_err(|e| fail(e.to_string()))?;
+    // In batches: the path repeats on every row, and millions of rows of it would pass the
+    // 2 GiB a string array holds (a job's checkpoint deleting that many rows of one file).
+    let paths: Arc<dyn Array> = Arc::new(StringArray::from(vec![
+        target.path.as_str();
+        positions.len().min(DELETE_BATCH)
+    ]));
+    for chunk in positions.chunks(DELETE_BATCH) {
+        let batch = RecordBatch::try_new(
+            schema(),
+            vec![
+                paths.slice(0, chunk.len()),
+                Arc::new(Int64Array::from(chunk.to_vec())),
+            ],
+        )
+        .map_err(|e| fail(e.to_string()))?;
+        writer.write(&batch).map_err(|e| fail(e.to_string()))?;
+    }
     writer.close().map_err(|e| fail(e.to_string()))?;
     let size = buffer.len() as u64;
     io.new_output(&path)?.write(Bytes::from(buffer)).await?;
@@ -502,6 +510,30 @@ async fn read_parquet(io: &FileIO, delete_path: &str, data_path: &str) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_position_delete_file_of_many_rows_is_written_in_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let io =
+            iceberg::io::FileIOBuilder::new(Arc::new(super::super::storage::LocalStorageFactory))
+                .build();
+        let data = format!("{}/data/{}.parquet", dir.path().display(), "x".repeat(100));
+        std::fs::create_dir_all(dir.path().join("data")).unwrap();
+        let target = Target {
+            path: data.clone(),
+            partition: iceberg::spec::Struct::empty(),
+            spec_id: 0,
+            deletes: Vec::new(),
+        };
+        let positions: Vec<i64> = (0..(DELETE_BATCH as i64 * 3 + 7)).map(|p| p * 2).collect();
+        let file = write_positions(&io, &target, &positions).await.unwrap();
+        assert_eq!(file.record_count(), positions.len() as u64);
+        let back = DeleteReader::new(io)
+            .read(file.file_path(), &data)
+            .await
+            .unwrap();
+        assert_eq!(back, positions);
+    }
 
     #[test]
     fn a_deletion_vector_round_trips() {
