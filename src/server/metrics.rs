@@ -1,4 +1,5 @@
-//! `--metrics ADDR`: job metrics in the Prometheus text format, served over HTTP.
+//! Job metrics in the Prometheus text format: the dashboard's `/metrics`, and `floe
+//! --metrics ADDR` for scripts.
 //!
 //! ```text
 //! floe_job_records_in_total{job="..."}            records read from the sources
@@ -13,11 +14,10 @@
 
 use std::sync::Arc;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::error::{Error, Result};
+use super::http::{self, Reply};
+use crate::error::Result;
 use crate::session::Session;
 use crate::stream::registry::JobRow;
 
@@ -94,48 +94,14 @@ fn escape(s: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// Connections served at once; more wait to be accepted.
-const CONNECTIONS: usize = 32;
-/// How long a client may take to send its request and read the answer.
-const CLIENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Serve the metrics of `session`'s jobs on `addr` until the returned task is aborted. Each
-/// connection is served on its own task, within `CLIENT_TIMEOUT`, at most `CONNECTIONS`
-/// at once: a client that connects and sends nothing delays no other.
+/// Serve the metrics of `session`'s jobs on `addr` (every path) until the returned task is
+/// aborted.
 pub async fn serve(addr: &str, session: Arc<Session>) -> Result<JoinHandle<()>> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|e| Error::io(format!("binding the metrics address {addr}"), e))?;
-    let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS));
-    Ok(tokio::spawn(async move {
-        let mut clients = tokio::task::JoinSet::new();
-        loop {
-            let Ok(slot) = slots.clone().acquire_owned().await else {
-                return;
-            };
-            let Ok((conn, _)) = listener.accept().await else {
-                return;
-            };
-            let body = render(&session.jobs().rows());
-            clients.spawn(async move {
-                let _ = tokio::time::timeout(CLIENT_TIMEOUT, answer(conn, body)).await;
-                drop(slot);
-            });
-            // Reap the finished ones, so the set holds only clients being served.
-            while clients.try_join_next().is_some() {}
-        }
-    }))
-}
-
-/// Answer one request (not interpreted) with `body`, and close the connection.
-async fn answer(mut conn: tokio::net::TcpStream, body: String) {
-    let mut buf = [0u8; 1024];
-    let _ = conn.read(&mut buf).await;
-    let response = format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = conn.write_all(response.as_bytes()).await;
-    let _ = conn.shutdown().await;
+    let listener = http::bind(addr, "the metrics address").await?;
+    Ok(http::serve(
+        listener,
+        Arc::new(move |_request: &http::Request| {
+            Reply::ok("text/plain; version=0.0.4", render(&session.jobs().rows()))
+        }),
+    ))
 }
