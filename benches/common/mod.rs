@@ -61,6 +61,9 @@ pub fn peak_rss_mib() -> f64 {
 /// `/proc/self/clear_refs` resets the high-water mark), so a later reading is one phase's.
 #[allow(dead_code)]
 pub fn reset_peak_rss() {
+    // The allocator returns freed memory after 100 ms (src/process.rs): let what an earlier
+    // phase freed go first, or the mark starts at its peak.
+    std::thread::sleep(std::time::Duration::from_secs(2));
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
