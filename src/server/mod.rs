@@ -31,8 +31,9 @@ use pgwire::api::ConnectionManager;
 use tokio::net::TcpListener;
 
 use crate::error::{Error, Result};
-use crate::session::Session;
+use crate::session::{Output, Session};
 use crate::sql::parse_sql;
+use crate::sql::statement::ResumeJob;
 use crate::stream::status::JobState;
 use crate::task::AbortOnDrop;
 use state::ServerState;
@@ -92,6 +93,46 @@ impl Server {
 
     fn credentials(&self) -> Option<Arc<auth::Credentials>> {
         self.credentials.clone()
+    }
+
+    /// Start a job from its statements (the settings, then its INSERT) in a session of its
+    /// own; it resumes from its last checkpoint.
+    async fn start_script(&self, script: &str) -> Result<Output> {
+        let session = self.session.fork();
+        let mut statements = parse_sql(script)?;
+        let insert = statements
+            .pop()
+            .ok_or_else(|| Error::Internal("a job's statements hold no INSERT".into()))?;
+        for s in statements {
+            session.execute(s).await?;
+        }
+        // The server never waits for a job.
+        session.sql("SET 'table.dml-sync' = 'false'").await?;
+        session.execute(insert).await
+    }
+
+    /// `RESUME JOB` / `RESTART JOB`.
+    async fn resume_job(&self, r: &ResumeJob) -> Result<Output> {
+        let jobs = self.session.jobs();
+        if jobs.is_active(&r.name) {
+            if !r.restart {
+                return Err(Error::Plan(format!(
+                    "job '{}' is running; RESTART JOB '{}' stops it (with a final \
+                     checkpoint) and starts it again",
+                    r.name, r.name
+                )));
+            }
+            jobs.stop(&r.name).await?;
+        }
+        let Some(script) = self.state.job_script(&r.name)? else {
+            return Err(Error::NotFound(format!(
+                "the server never ran a job '{}' (SHOW JOBS lists its jobs)",
+                r.name
+            )));
+        };
+        let output = self.start_script(&script).await?;
+        self.state.job_resumed(&r.name)?;
+        Ok(output)
     }
 }
 
@@ -215,34 +256,20 @@ async fn resume_jobs(server: &Server) {
         }
     };
     for (path, script) in jobs {
-        let session = server.session.fork();
-        let resumed = async {
-            let mut statements = parse_sql(&script)?;
-            let insert = statements.pop();
-            for s in statements {
-                session.execute(s).await?;
-            }
-            // The server never waits for a job.
-            session.sql("SET 'table.dml-sync' = 'false'").await?;
-            match insert {
-                Some(insert) => session.execute(insert).await.map(|_| ()),
-                None => Ok(()),
-            }
-        };
-        match resumed.await {
-            Ok(()) => eprintln!("floe serve: resumed {}", path.display()),
+        match server.start_script(&script).await {
+            Ok(_) => eprintln!("floe serve: resumed {}", path.display()),
             Err(e) => eprintln!("floe serve: could not resume {}: {e}", path.display()),
         }
     }
 }
 
-/// Jobs whose sources are exhausted are done: they are not started again.
+/// Jobs whose sources are exhausted are done: they are not started again (unless resumed).
 async fn forget_finished_jobs(server: Arc<Server>) {
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
         for row in server.session.jobs().rows() {
             if row.state == JobState::Finished.to_string()
-                && let Err(e) = server.state.job_ended(&row.name)
+                && let Err(e) = server.state.job_stopped(&row.name)
             {
                 eprintln!("floe serve: {e}");
             }

@@ -69,6 +69,10 @@ impl Connection {
 
     /// Run one statement, and keep what the server must remember of it.
     async fn run(&self, parsed: Statement) -> Result<Output, Error> {
+        if let Statement::ResumeJob(r) = &parsed {
+            // Boxed: the future of a job's start nested in a statement's is too deep a type.
+            return Box::pin(self.server.resume_job(r)).await;
+        }
         let output = self.session.execute(parsed.clone()).await?;
         self.remember(&parsed, &output)?;
         Ok(output)
@@ -91,7 +95,7 @@ impl Connection {
             Statement::CreateSource(s) => state.define(Kind::Source, &s.name, stmt.to_string()),
             Statement::DropCatalog(c) => state.undefine(Kind::Catalog, &c.name),
             Statement::DropSource(s) => state.undefine(Kind::Source, &s.name),
-            Statement::StopJob(s) => state.job_ended(&s.name),
+            Statement::StopJob(s) => state.job_stopped(&s.name),
             Statement::DataFusion(s) if matches!(s.as_ref(), DFStatement::Statement(q) if matches!(**q, SQLStatement::Set(_))) =>
             {
                 if let Ok(mut settings) = self.settings.lock() {

@@ -6,7 +6,9 @@
 //!                       made (a DROP takes its statement out); replayed on start
 //! DIR/jobs/<job>.sql    a job that is to run: the SET statements of the session that
 //!                       submitted it, then its INSERT; resumed on start (from its last
-//!                       checkpoint), removed by STOP JOB or when its sources are exhausted
+//!                       checkpoint)
+//! DIR/stopped/<job>.sql a job stopped by STOP JOB or done (its sources exhausted): not
+//!                       started again, until RESUME JOB moves it back
 //! DIR/checkpoints/      the jobs' checkpoint records (the `state.dir` setting)
 //! ```
 //! The statements hold what defines a catalog or source, secrets too: the folder is the
@@ -77,7 +79,12 @@ fn script(statements: &[String]) -> String {
 impl ServerState {
     /// Open (create) the state directory `dir`.
     pub fn open(dir: &Path) -> Result<Self> {
-        for d in [dir.to_path_buf(), dir.join("jobs"), dir.join("checkpoints")] {
+        for d in [
+            dir.to_path_buf(),
+            dir.join("jobs"),
+            dir.join("stopped"),
+            dir.join("checkpoints"),
+        ] {
             std::fs::create_dir_all(&d).map_err(io(format!("creating {}", d.display())))?;
         }
         #[cfg(unix)]
@@ -164,14 +171,42 @@ impl ServerState {
         )
     }
 
-    /// Job `name` is not to run again (stopped by a client, or done).
-    pub fn job_ended(&self, name: &str) -> Result<()> {
-        let path = self.dir.join("jobs").join(job_file(name));
-        match std::fs::remove_file(&path) {
+    /// Job `name` is not to run again (stopped by a client, or done) unless resumed.
+    pub fn job_stopped(&self, name: &str) -> Result<()> {
+        self.move_job(name, "jobs", "stopped")
+    }
+
+    /// Job `name` runs again.
+    pub fn job_resumed(&self, name: &str) -> Result<()> {
+        self.move_job(name, "stopped", "jobs")
+    }
+
+    fn move_job(&self, name: &str, from: &str, to: &str) -> Result<()> {
+        let file = job_file(name);
+        let (from, to) = (
+            self.dir.join(from).join(&file),
+            self.dir.join(to).join(&file),
+        );
+        match std::fs::rename(&from, &to) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io(format!("removing {}", path.display()))(e)),
+            Err(e) => Err(io(format!("moving {} to {}", from.display(), to.display()))(e)),
         }
+    }
+
+    /// The statements that start job `name`, running or stopped; `None` if the server
+    /// never ran it.
+    pub fn job_script(&self, name: &str) -> Result<Option<String>> {
+        let file = job_file(name);
+        for folder in ["jobs", "stopped"] {
+            let path = self.dir.join(folder).join(&file);
+            match std::fs::read_to_string(&path) {
+                Ok(text) => return Ok(Some(text)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(format!("reading {}", path.display()))(e)),
+            }
+        }
+        Ok(None)
     }
 
     /// The jobs to run, each as its file and its statements.
@@ -216,8 +251,8 @@ mod tests {
                 "INSERT".into(),
             )
             .unwrap();
-        state.job_started("gone", &[], "INSERT".into()).unwrap();
-        state.job_ended("gone").unwrap();
+        state.job_started("gone", &[], "INSERT 2".into()).unwrap();
+        state.job_stopped("gone").unwrap();
 
         let again = ServerState::open(dir.path()).unwrap();
         let defined = again.definitions();
@@ -231,6 +266,14 @@ mod tests {
             jobs[0].1,
             "SET 'checkpoint.interval' = '1s'\n;\nINSERT\n;\n"
         );
+        // A stopped job is kept aside, to be resumed.
+        assert_eq!(
+            again.job_script("gone").unwrap().as_deref(),
+            Some("INSERT 2\n;\n")
+        );
+        again.job_resumed("gone").unwrap();
+        assert_eq!(again.jobs().unwrap().len(), 2);
+        assert_eq!(again.job_script("never").unwrap(), None);
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;

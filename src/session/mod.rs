@@ -220,6 +220,11 @@ impl Session {
             Statement::ShowJobs => self.show_jobs().await,
             Statement::RoutedInsert(s) => self.routed_insert(*s).await,
             Statement::Call(s) => self.call(s).await,
+            Statement::ResumeJob(s) => Err(Error::Unsupported(format!(
+                "{s}: a session keeps no job's statements once it stopped; run its INSERT \
+                 again with the same 'pipeline.name' (it resumes from its last checkpoint), or \
+                 submit jobs to a server (floe serve), which keeps them"
+            ))),
             Statement::StopJob(s) => {
                 let state = self.jobs.stop(&s.name).await?;
                 Ok(Output::Done(format!("job '{}' {state}", s.name)))

@@ -475,7 +475,10 @@ impl Parser<'_> {
             self.skip(2);
             return Ok(Statement::ShowJobs);
         }
-        if self.words_are(&["STOP", "JOB"]) {
+        for verb in ["STOP", "RESUME", "RESTART"] {
+            if !self.words_are(&[verb, "JOB"]) {
+                continue;
+            }
             self.skip(2);
             let t = self.df.parser.next_token();
             let name = match t.token {
@@ -483,11 +486,17 @@ impl Parser<'_> {
                 Token::Word(w) => w.value,
                 other => {
                     return Err(Error::Syntax(format!(
-                        "STOP JOB needs a job name in quotes, found '{other}'"
+                        "{verb} JOB needs a job name in quotes, found '{other}'"
                     )));
                 }
             };
-            return Ok(Statement::StopJob(StopJob { name }));
+            return Ok(match verb {
+                "STOP" => Statement::StopJob(StopJob { name }),
+                _ => Statement::ResumeJob(ResumeJob {
+                    name,
+                    restart: verb == "RESTART",
+                }),
+            });
         }
         if self.word(0).as_deref() == Some("CALL") {
             self.skip(1);
@@ -1102,6 +1111,8 @@ mod tests {
             "DESCRIBE SOURCE s",
             "SHOW JOBS",
             "STOP JOB 'orders-to-lake'",
+            "RESUME JOB 'orders-to-lake'",
+            "RESTART JOB 'orders-to-lake'",
             "CALL lake.system.rewrite_data_files(table => 'ns.t', min_input_files => 2)",
             "CALL system.expire_snapshots('ns.t', TIMESTAMP '2026-01-01 00:00:00')",
             "CALL lake.system.rewrite_manifests()",

@@ -31,6 +31,7 @@ pub enum Statement {
     DescribeSource(DescribeSource),
     ShowJobs,
     StopJob(StopJob),
+    ResumeJob(ResumeJob),
     RoutedInsert(Box<RoutedInsert>),
     Call(Call),
 }
@@ -438,6 +439,26 @@ impl fmt::Display for StopJob {
 }
 
 /// ```text
+/// RESUME JOB 'name'     -- a stopped, finished or failed job, from its last checkpoint
+/// RESTART JOB 'name'    -- the same, stopping it first (with a final checkpoint) if it runs
+/// ```
+/// The job starts again with the statement and settings it was first started with (a
+/// server keeps them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResumeJob {
+    pub name: String,
+    /// `RESTART`: a running job is stopped first.
+    pub restart: bool,
+}
+
+impl fmt::Display for ResumeJob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let verb = if self.restart { "RESTART" } else { "RESUME" };
+        write!(f, "{verb} JOB {}", quote(&self.name))
+    }
+}
+
+/// ```text
 /// CALL [catalog.]system.procedure(name => value, ...)      -- or values by position
 /// ```
 /// A table maintenance procedure, named and called as in Spark and Trino.
@@ -490,6 +511,7 @@ impl fmt::Display for Statement {
             Statement::DescribeSource(s) => write!(f, "{s}"),
             Statement::ShowJobs => f.write_str("SHOW JOBS"),
             Statement::StopJob(s) => write!(f, "{s}"),
+            Statement::ResumeJob(s) => write!(f, "{s}"),
             Statement::Call(s) => write!(f, "{s}"),
             Statement::RoutedInsert(s) => write!(f, "{s}"),
         }

@@ -267,7 +267,9 @@ def test_jobs_outlive_their_client_and_resume_after_the_server_is_killed(
     assert server.stop() == 0
 
 
-def test_a_job_stopped_by_a_client_is_not_resumed(server: FloeServer, lake: SqlLake):
+def test_a_job_stopped_by_a_client_is_not_resumed_until_resume_job(
+    server: FloeServer, lake: SqlLake
+):
     with server.connect() as conn:
         rows(conn, lake.ddl())
         rows(conn, "CREATE SCHEMA lake.s")
@@ -286,6 +288,28 @@ def test_a_job_stopped_by_a_client_is_not_resumed(server: FloeServer, lake: SqlL
         assert rows(conn, "SELECT count(*) > 0 FROM lake.s.t") == [(True,)]
         names = [r[0] for r in rows(conn, "SHOW SOURCES")]
         assert names == ["g"], names
+        before = rows(conn, "SELECT count(*) FROM lake.s.t")[0][0]
+        # RESUME JOB starts it again from its last checkpoint, with its own statements.
+        with conn.cursor() as cur:
+            cur.execute("RESUME JOB forever")
+            assert cur.statusmessage == "job 'forever' started", cur.statusmessage
+        wait_for(lambda: rows(conn, "SELECT count(*) FROM lake.s.t")[0][0] > before)
+        # A running job is not resumed twice; RESTART JOB stops and starts it.
+        with pytest.raises(psycopg.Error) as e:
+            rows(conn, "RESUME JOB forever")
+        assert "RESTART JOB" in str(e.value), e.value
+        with conn.cursor() as cur:
+            cur.execute("RESTART JOB forever")
+            assert cur.statusmessage == "job 'forever' started", cur.statusmessage
+        assert jobs(conn)["forever"] in ("starting", "running")
+        with pytest.raises(psycopg.Error) as e:
+            rows(conn, "RESUME JOB nope")
+        assert e.value.sqlstate == "42704", e.value.sqlstate
+    # Resumed, it is the server's again: a restart starts it.
+    server.kill()
+    server.start()
+    with server.connect() as conn:
+        wait_for(lambda: jobs(conn).get("forever") == "running")
 
 
 def test_a_server_without_a_password_refuses_a_non_loopback_address(
