@@ -25,7 +25,7 @@ use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::spec::SchemaRef as IcebergSchemaRef;
 use iceberg::table::Table;
 
-use super::positioned::Files;
+use super::positioned::{Files, columns_read};
 use crate::error::{Error, Result};
 use crate::lake::read;
 
@@ -79,20 +79,10 @@ impl TableProvider for FileByFile {
         limit: Option<usize>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
         let tasks = super::positioned::plan(&self.table, self.snapshot, filters).await?;
-        // Only the columns the query reads are read (one when it reads none: rows are
-        // counted by a column).
+        // Only the columns the query reads are read.
         let all: Vec<usize> = (0..self.schema.fields().len()).collect();
         let wanted = projection.unwrap_or(&all);
-        let mut columns: Vec<usize> = wanted.clone();
-        columns.sort_unstable();
-        columns.dedup();
-        if columns.is_empty() && !all.is_empty() {
-            columns.push(0);
-        }
-        let names: Vec<String> = columns
-            .iter()
-            .map(|&i| self.schema.field(i).name().clone())
-            .collect();
+        let (columns, names) = columns_read(&self.schema, wanted, all.len());
         let schema = Arc::new(ArrowSchema::new(
             columns
                 .iter()

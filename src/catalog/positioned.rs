@@ -127,17 +127,7 @@ impl TableProvider for PositionedTable {
         let all: Vec<usize> = (0..self.schema.fields().len()).collect();
         let wanted = projection.unwrap_or(&all);
         let data = self.schema.fields().len() - 2;
-        let mut columns: Vec<usize> = wanted.iter().copied().filter(|&i| i < data).collect();
-        columns.sort_unstable();
-        columns.dedup();
-        if columns.is_empty() && data > 0 {
-            // Rows are counted by their columns: read one (`DELETE FROM t` reads no other).
-            columns.push(0);
-        }
-        let names: Vec<String> = columns
-            .iter()
-            .map(|&i| self.schema.field(i).name().clone())
-            .collect();
+        let (columns, names) = columns_read(&self.schema, wanted, data);
         let mut fields: Vec<_> = columns
             .iter()
             .map(|&i| self.schema.fields()[i].clone())
@@ -169,6 +159,27 @@ impl TableProvider for PositionedTable {
     ) -> DFResult<Vec<TableProviderFilterPushDown>> {
         Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
     }
+}
+
+/// The columns of `schema` among its first `data` that a scan of `wanted` reads from the
+/// files: ascending, each once, and one when it reads none (rows are counted by a column:
+/// `count(*)`, `DELETE FROM t`); with their names.
+pub(super) fn columns_read(
+    schema: &SchemaRef,
+    wanted: &[usize],
+    data: usize,
+) -> (Vec<usize>, Vec<String>) {
+    let mut columns: Vec<usize> = wanted.iter().copied().filter(|&i| i < data).collect();
+    columns.sort_unstable();
+    columns.dedup();
+    if columns.is_empty() && data > 0 {
+        columns.push(0);
+    }
+    let names = columns
+        .iter()
+        .map(|&i| schema.field(i).name().clone())
+        .collect();
+    (columns, names)
 }
 
 /// How a scan reads its files (only the columns named, when named): `lake::read`'s

@@ -217,6 +217,20 @@ def start_job(conn: psycopg.Connection, name: str, table: str, source: str) -> s
         return cur.statusmessage
 
 
+def orders_job(server: FloeServer, lake: SqlLake, job: str, options: str,
+               *settings: str) -> None:
+    """The lake, lake.s.t and a source g of generated orders (`options`), and job `job`
+    writing them to lake.s.t after `settings` (SET statements), started from a client that
+    is gone when this returns."""
+    with server.connect() as conn:
+        rows(conn, lake.ddl())
+        rows(conn, "CREATE SCHEMA lake.s")
+        orders(conn, "t", "g", options)
+        for s in settings:
+            rows(conn, s)
+        assert start_job(conn, job, "lake.s.t", "g") == f"job '{job}' started"
+
+
 def jobs(conn: psycopg.Connection) -> dict[str, str]:
     return {r[0]: r[1] for r in rows(conn, "SELECT name, state FROM floe.jobs")}
 
@@ -270,11 +284,7 @@ def test_jobs_outlive_their_client_and_resume_after_the_server_is_killed(
 def test_a_job_stopped_by_a_client_is_not_resumed_until_resume_job(
     server: FloeServer, lake: SqlLake
 ):
-    with server.connect() as conn:
-        rows(conn, lake.ddl())
-        rows(conn, "CREATE SCHEMA lake.s")
-        orders(conn, "t", "g", "'rows-per-second' = '500'")
-        assert start_job(conn, "forever", "lake.s.t", "g") == "job 'forever' started"
+    orders_job(server, lake, "forever", "'rows-per-second' = '500'")
     with server.connect() as conn:
         wait_for(lambda: jobs(conn).get("forever") == "running")
         with conn.cursor() as cur:
@@ -399,12 +409,9 @@ def field(dom: str, job: str, name: str) -> str:
 def test_the_dashboard_shows_the_jobs_with_their_rate_in_a_browser(
     server: FloeServer, lake: SqlLake
 ):
+    orders_job(server, lake, "dash", "'rows-per-second' = '3000'",
+               "SET 'checkpoint.interval' = '500ms'")
     with server.connect() as conn:
-        rows(conn, lake.ddl())
-        rows(conn, "CREATE SCHEMA lake.s")
-        orders(conn, "t", "g", "'rows-per-second' = '3000'")
-        rows(conn, "SET 'checkpoint.interval' = '500ms'")
-        assert start_job(conn, "dash", "lake.s.t", "g") == "job 'dash' started"
         wait_for(lambda: jobs(conn).get("dash") == "running")
     base = f"http://127.0.0.1:{server.dashboard}"
 

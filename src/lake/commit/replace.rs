@@ -162,9 +162,7 @@ pub async fn prepare_rewrite(
     }
     let mut collector = SnapshotSummaryCollector::default();
     for (f, spec_id) in removed.iter().chain(&removed_deletes) {
-        let spec = md
-            .partition_spec_by_id(*spec_id)
-            .ok_or_else(|| missing_spec(base, *spec_id))?;
+        let spec = snapshot::spec(md, *spec_id)?;
         collector.remove_file(f, md.current_schema().clone(), spec.clone());
     }
     if !rewrite.added.is_empty() {
@@ -346,11 +344,4 @@ fn sequence_numbers(e: &ManifestEntry) -> Result<(i64, Option<i64>)> {
         ))
     })?;
     Ok((seq, e.file_sequence_number.or(Some(seq))))
-}
-
-fn missing_spec(base: &Table, spec_id: i32) -> Error {
-    Error::Internal(format!(
-        "table {} has no partition spec {spec_id}",
-        base.identifier()
-    ))
 }

@@ -143,12 +143,7 @@ pub async fn prepare_row_delta(base: &Table, delta: &RowDelta) -> Result<Prepare
                     n += 1;
                     manifests.push(written);
                     for (f, spec_id) in removed {
-                        let spec = md.partition_spec_by_id(spec_id).ok_or_else(|| {
-                            Error::Internal(format!(
-                                "table {} has no partition spec {spec_id}",
-                                base.identifier()
-                            ))
-                        })?;
+                        let spec = snapshot::spec(md, spec_id)?;
                         collector.remove_file(&f, schema.clone(), spec.clone());
                     }
                 }
@@ -161,12 +156,7 @@ pub async fn prepare_row_delta(base: &Table, delta: &RowDelta) -> Result<Prepare
         by_spec.entry(*spec_id).or_default().push(d);
     }
     for (spec_id, files) in by_spec {
-        let spec = md.partition_spec_by_id(spec_id).ok_or_else(|| {
-            Error::Internal(format!(
-                "table {} has no partition spec {spec_id}",
-                base.identifier()
-            ))
-        })?;
+        let spec = snapshot::spec(md, spec_id)?;
         let mut writer = snapshot::manifest_writer(
             md,
             io,

@@ -7,8 +7,8 @@ use iceberg::TableUpdate;
 use iceberg::io::FileIO;
 use iceberg::spec::{
     DataFileFormat, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestFile,
-    ManifestListWriter, ManifestWriter, ManifestWriterBuilder, Operation, Snapshot,
-    SnapshotReference, SnapshotRetention, Summary, TableMetadata,
+    ManifestListWriter, ManifestWriter, ManifestWriterBuilder, Operation, PartitionSpecRef,
+    Snapshot, SnapshotReference, SnapshotRetention, Summary, TableMetadata,
 };
 use iceberg::table::Table;
 
@@ -65,6 +65,16 @@ pub fn manifest_writer(
     })
 }
 
+/// The table's partition spec `spec_id` (files name the spec they were written with).
+pub fn spec(md: &TableMetadata, spec_id: i32) -> Result<&PartitionSpecRef> {
+    md.partition_spec_by_id(spec_id).ok_or_else(|| {
+        Error::Internal(format!(
+            "the table at {} has no partition spec {spec_id}",
+            md.location()
+        ))
+    })
+}
+
 fn manifest_builder(
     md: &TableMetadata,
     io: &FileIO,
@@ -72,12 +82,7 @@ fn manifest_builder(
     n: usize,
     spec_id: i32,
 ) -> Result<ManifestWriterBuilder> {
-    let spec = md.partition_spec_by_id(spec_id).ok_or_else(|| {
-        Error::Internal(format!(
-            "table {} has no partition spec {spec_id}",
-            md.location()
-        ))
-    })?;
+    let spec = spec(md, spec_id)?;
     Ok(ManifestWriterBuilder::new(
         io.new_output(manifest_path(md, commit_id, n))?,
         Some(id),
