@@ -134,6 +134,13 @@ impl LakeSchemaProvider {
     }
 }
 
+/// Whether `name` is one of DataFusion's table functions.
+fn is_table_function(name: &str) -> bool {
+    datafusion::functions_table::all_default_table_functions()
+        .iter()
+        .any(|f| f.name() == name)
+}
+
 #[async_trait]
 impl SchemaProvider for LakeSchemaProvider {
     fn as_any(&self) -> &dyn Any {
@@ -151,8 +158,13 @@ impl SchemaProvider for LakeSchemaProvider {
             Some((b, s)) if !b.is_empty() => (b, Some(s)),
             _ => (name, None),
         };
-        let Some(table) = self.load(base).await? else {
-            return Ok(None);
+        // DataFusion looks up a table function's name (`FROM generate_series(1, 3)`) as a
+        // table of the default schema before it calls the function: not a missing namespace.
+        let table = match self.load(base).await {
+            Ok(Some(table)) => table,
+            Ok(None) => return Ok(None),
+            Err(_) if suffix.is_none() && is_table_function(base) => return Ok(None),
+            Err(e) => return Err(e),
         };
         let Some(suffix) = suffix else {
             let table = LakeTable::try_new(table, self.catalog.clone()).await?;
