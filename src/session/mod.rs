@@ -151,13 +151,7 @@ impl Session {
         let schema = Arc::new(MemorySchemaProvider::new());
         let _ = schema.register_table("jobs".into(), Arc::new(jobs_table(jobs.clone())));
         let _ = schema.register_table("table_health".into(), Arc::new(table_health(jobs.clone())));
-        let default_catalog = ctx
-            .state()
-            .config()
-            .options()
-            .catalog
-            .default_catalog
-            .clone();
+        let default_catalog = default_catalog(&ctx);
         if let Some(catalog) = ctx.catalog(&default_catalog) {
             let _ = catalog.register_schema(JOBS_SCHEMA, schema);
         }
@@ -183,6 +177,11 @@ impl Session {
             jobs: self.jobs.clone(),
             jobs_table: self.jobs_table.clone(),
         }
+    }
+
+    /// The catalog that unqualified names resolve in (`datafusion.catalog.default_catalog`).
+    pub fn default_catalog(&self) -> String {
+        default_catalog(&self.ctx)
     }
 
     /// The DataFusion context behind the session.
@@ -313,6 +312,15 @@ impl Session {
         let stmt = DFParserBuilder::new(sql).build()?.parse_statement()?;
         self.run_datafusion(stmt).await
     }
+}
+
+fn default_catalog(ctx: &SessionContext) -> String {
+    ctx.state()
+        .config()
+        .options()
+        .catalog
+        .default_catalog
+        .clone()
 }
 
 /// `SET key = value` with a key under no known prefix sets floe's setting of that name.

@@ -6,5 +6,7 @@ pub mod parser;
 pub mod statement;
 
 pub use options::Options;
-pub use parser::{Literal, ScriptStatement, is_complete, parse_sql, split_statements};
+pub use parser::{
+    Literal, ScriptStatement, is_complete, parse_sql, split_statements, visit_sql_mut,
+};
 pub use statement::Statement;

@@ -44,6 +44,12 @@ impl ScriptStatement {
         parse_tokens(self.tokens.clone())
     }
 
+    /// The statement's text as written (comments and spacing kept, no final `;`), for a
+    /// server that parses it itself.
+    pub fn text(&self) -> String {
+        self.tokens.iter().map(|t| t.token.to_string()).collect()
+    }
+
     /// How many parameters the statement takes: the highest `$n` placeholder in it.
     pub fn parameters(&self) -> usize {
         self.tokens
@@ -948,20 +954,26 @@ fn with_time_travel_suffix(table: &str, as_of: &AsOf) -> String {
     }
 }
 
+/// Let `visitor` rewrite the SQL of a DataFusion statement (the explained one of an
+/// `EXPLAIN`).
+pub fn visit_sql_mut<V: VisitorMut>(stmt: &mut DFStatement, visitor: &mut V) {
+    match stmt {
+        DFStatement::Statement(s) => {
+            let _ = s.visit(visitor);
+        }
+        DFStatement::Explain(e) => {
+            if let DFStatement::Statement(s) = e.statement.as_mut() {
+                let _ = s.visit(visitor);
+            }
+        }
+        _ => {}
+    }
+}
+
 fn apply_time_travel(stmt: &mut Statement, marks: Vec<TimeTravelMark>) -> Result<()> {
     let mut rewriter = TimeTravelRewriter { marks };
     match stmt {
-        Statement::DataFusion(df) => match df.as_mut() {
-            DFStatement::Statement(s) => {
-                let _ = s.visit(&mut rewriter);
-            }
-            DFStatement::Explain(e) => {
-                if let DFStatement::Statement(s) = e.statement.as_mut() {
-                    let _ = s.visit(&mut rewriter);
-                }
-            }
-            _ => {}
-        },
+        Statement::DataFusion(df) => visit_sql_mut(df, &mut rewriter),
         Statement::CreateTable(ct) => {
             if let Some(q) = ct.query.as_mut() {
                 let _ = q.visit(&mut rewriter);
