@@ -380,6 +380,31 @@ chromium_install() {
   log "Chromium installed ($(chromium_bin))"
 }
 
+# A JDK and the PostgreSQL JDBC driver (pgjdbc) for the JDBC test of the server
+# (tests/interop/test_server.py): Debian's packages.
+PGJDBC_JAR=/usr/share/java/postgresql.jar
+
+jdbc_install() {
+  if command -v javac >/dev/null 2>&1 && [[ -f "$PGJDBC_JAR" ]]; then
+    log "JDK and pgjdbc already installed ($PGJDBC_JAR)"
+    return
+  fi
+  ((EUID == 0)) || die "a JDK (javac) and pgjdbc ($PGJDBC_JAR) are needed: install them (Debian: sudo apt-get install default-jdk-headless libpostgresql-jdbc-java)"
+  command -v apt-get >/dev/null 2>&1 || die "a JDK and pgjdbc are needed and there is no apt-get: install them"
+  mkdir -p "$FLOE_TEST_HOME"
+  local apt_log="$FLOE_TEST_HOME/apt-jdbc.log" package
+  for package in default-jdk-headless libpostgresql-jdbc-java; do
+    if [[ "$package" == default-jdk-headless ]] && command -v javac >/dev/null 2>&1; then
+      continue
+    fi
+    log "installing Debian's $package (log $apt_log)"
+    apt_install "$package" "$apt_log" \
+      || { tail -n 30 "$apt_log" >&2 || true; die "apt-get install $package failed (log: $apt_log)"; }
+  done
+  [[ -f "$PGJDBC_JAR" ]] || die "apt-get installed libpostgresql-jdbc-java but $PGJDBC_JAR is missing"
+  log "JDK and pgjdbc installed ($PGJDBC_JAR)"
+}
+
 # Answers on 127.0.0.1:$PG_PORT?
 pg_answers() { "$1/pg_isready" -q -h "$BIND_IP" -p "$PG_PORT" -t 2 >/dev/null 2>&1; }
 
@@ -805,6 +830,7 @@ cmd_env() {
   printf 'export FLOE_PG_URI=%q\n' "$PG_URI"
   printf 'export FLOE_SCHEMA_REGISTRY=%q\n' "$REGISTRY_URI"
   printf 'export FLOE_MOTO=%q\n' "$MOTO_URI"
+  printf 'export FLOE_PGJDBC=%q\n' "$PGJDBC_JAR"
   kinesis_env
 }
 
@@ -814,7 +840,7 @@ usage() {
 }
 
 case "${1:-}" in
-  install) cmd_install; pg_install; chromium_install; kafka_install; kinesis_install ;;
+  install) cmd_install; pg_install; chromium_install; jdbc_install; kafka_install; kinesis_install ;;
   start) cmd_start; pg_start; kafka_start; kinesis_start; registry_start; moto_start ;;
   stop) cmd_stop; pg_stop; kafka_stop; kinesis_stop; registry_stop; moto_stop ;;
   env) cmd_env; kafka_env ;;

@@ -20,6 +20,9 @@ mod encode;
 pub mod http;
 pub mod metrics;
 mod pg;
+mod pg_catalog;
+mod pg_functions;
+mod pg_rewrite;
 mod state;
 
 use std::net::SocketAddr;
@@ -76,6 +79,10 @@ pub struct Server {
     state: ServerState,
     connections: Arc<ConnectionManager>,
     credentials: Option<Arc<auth::Credentials>>,
+    /// The user clients log in as.
+    user: String,
+    /// The catalog whose schema `pg_catalog` clients' catalog queries read.
+    home: String,
 }
 
 impl Server {
@@ -93,6 +100,14 @@ impl Server {
 
     fn credentials(&self) -> Option<Arc<auth::Credentials>> {
         self.credentials.clone()
+    }
+
+    fn user(&self) -> &str {
+        &self.user
+    }
+
+    fn home(&self) -> &str {
+        &self.home
     }
 
     /// Start a job from its statements (the settings, then its INSERT) in a session of its
@@ -167,6 +182,7 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
             eprintln!("floe serve: could not restore `{definition}`: {e}");
         }
     }
+    let home = postgres_catalog(&session, &options.user)?;
     let server = Arc::new(Server {
         session,
         state,
@@ -175,6 +191,8 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
             .password
             .as_deref()
             .map(|p| Arc::new(auth::Credentials::new(options.user.clone(), p))),
+        user: options.user.clone(),
+        home,
     });
     resume_jobs(&server).await;
     let listener = TcpListener::bind(options.listen)
@@ -231,6 +249,27 @@ pub async fn serve(options: ServeOptions) -> Result<()> {
     eprintln!("floe serve: stopping; every job takes a final checkpoint");
     server.session.jobs().stop_all().await;
     Ok(())
+}
+
+/// What PostgreSQL clients read about the server: the schema `pg_catalog` in the session's
+/// default catalog (returned: every connection's catalog queries are pointed there) and the
+/// functions their catalog queries call. Done before any connection's session is forked.
+fn postgres_catalog(session: &Session, user: &str) -> Result<String> {
+    let ctx = session.context();
+    let home = session.default_catalog();
+    let catalog = ctx
+        .catalog(&home)
+        .ok_or_else(|| Error::Internal(format!("the default catalog '{home}' is missing")))?;
+    catalog
+        .register_schema(
+            pg_catalog::PG_CATALOG,
+            Arc::new(pg_catalog::PgCatalogSchema::new(user.to_string())),
+        )
+        .map_err(|e| Error::Internal(format!("registering pg_catalog: {e}")))?;
+    for f in pg_functions::functions(user) {
+        ctx.register_udf(f);
+    }
+    Ok(home)
 }
 
 async fn run_init(session: &Session, file: &Path) -> Result<()> {

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
 use datafusion::error::DataFusionError;
@@ -36,6 +36,7 @@ use pgwire::messages::PgWireBackendMessage;
 use super::Server;
 use super::auth::Startup;
 use super::encode;
+use super::pg_rewrite::{self, Context};
 use super::state::Kind;
 use crate::error::{Error, ErrorKind};
 use crate::session::{Output, Session};
@@ -52,6 +53,8 @@ pub struct Connection {
     described: Mutex<HashMap<String, Output>>,
     parser: Arc<Parser>,
     cancel: Arc<DefaultCancelHandler>,
+    /// The user the client logged in as, once its first statement came.
+    login: OnceLock<String>,
 }
 
 impl Connection {
@@ -64,7 +67,70 @@ impl Connection {
             described: Mutex::default(),
             parser: Arc::new(Parser),
             cancel: Arc::new(DefaultCancelHandler::new(manager)),
+            login: OnceLock::new(),
         }
+    }
+
+    /// Before the connection's first statement: the database the client asked for
+    /// (`psql -d lake`), when it names a catalog, becomes the current catalog, as
+    /// PostgreSQL's database is; the SET is kept with the connection's settings, so that a
+    /// job it submits resumes with the same names.
+    async fn begin<C: ClientInfo>(&self, client: &C) {
+        let (user, database) = {
+            let metadata = client.metadata();
+            (
+                metadata.get("user").cloned(),
+                metadata.get("database").cloned(),
+            )
+        };
+        let user = user.unwrap_or_else(|| self.server.user().to_string());
+        if self.login.set(user).is_err() {
+            return;
+        }
+        let Some(database) = database else {
+            return;
+        };
+        if self.session.context().catalog(&database).is_none() {
+            return;
+        }
+        let set = format!(
+            "SET datafusion.catalog.default_catalog = '{}'",
+            database.replace('\'', "''")
+        );
+        if self.session.sql(&set).await.is_ok()
+            && let Ok(mut settings) = self.settings.lock()
+        {
+            settings.push(set);
+        }
+    }
+
+    /// The names a client's PostgreSQL dialect is rewritten against.
+    fn context(&self) -> Context {
+        let options = self
+            .session
+            .context()
+            .state()
+            .config()
+            .options()
+            .catalog
+            .clone();
+        Context {
+            home: self.server.home().to_string(),
+            database: options.default_catalog,
+            schema: options.default_schema,
+            user: self
+                .login
+                .get()
+                .cloned()
+                .unwrap_or_else(|| self.server.user().to_string()),
+        }
+    }
+
+    /// A client's statement, parsed and rewritten into what floe runs.
+    fn parse(&self, stmt: &ScriptStatement) -> Result<Statement, Error> {
+        let mut parsed = stmt.parse()?;
+        pg_rewrite::rewrite(&mut parsed, &self.context());
+        Ok(parsed)
     }
 
     /// Run one statement, and keep what the server must remember of it.
@@ -73,6 +139,9 @@ impl Connection {
             // Boxed: the future of a job's start nested in a statement's is too deep a type.
             return Box::pin(self.server.resume_job(r)).await;
         }
+        if let Some(output) = pg_rewrite::session_answer(&parsed) {
+            return Ok(output);
+        }
         let output = self.session.execute(parsed.clone()).await?;
         self.remember(&parsed, &output)?;
         Ok(output)
@@ -80,7 +149,7 @@ impl Connection {
 
     /// Answer one statement, its rows in `format`.
     async fn answer(&self, stmt: &ScriptStatement, format: &Format) -> Result<Response, Error> {
-        let parsed = stmt.parse()?;
+        let parsed = self.parse(stmt)?;
         if let Some(r) = transaction(&parsed) {
             return Ok(r);
         }
@@ -191,13 +260,14 @@ fn response(output: Output, format: &Format) -> PgWireResult<Response> {
 
 #[async_trait]
 impl SimpleQueryHandler for Connection {
-    async fn do_query<C>(&self, _client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        self.begin(client).await;
         let statements = match split_statements(query) {
             Ok(s) => s,
             Err(e) => return Ok(vec![Response::Error(Box::new(error_info(&e)))]),
@@ -363,7 +433,7 @@ impl ExtendedQueryHandler for Connection {
 
     async fn do_describe_statement<C>(
         &self,
-        _client: &mut C,
+        client: &mut C,
         target: &StoredStatement<Prepared>,
     ) -> PgWireResult<DescribeStatementResponse>
     where
@@ -372,6 +442,7 @@ impl ExtendedQueryHandler for Connection {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        self.begin(client).await;
         let prepared = &target.statement;
         let types: Vec<Type> = (0..prepared.parameters)
             .map(|i| {
@@ -385,7 +456,7 @@ impl ExtendedQueryHandler for Connection {
             .collect();
         // The columns of a query, planned with every parameter NULL.
         let nulls = vec![Literal::Null; prepared.parameters];
-        let schema = match prepared.statement.bind(&nulls).and_then(|s| s.parse()) {
+        let schema = match prepared.statement.bind(&nulls).and_then(|s| self.parse(&s)) {
             Ok(stmt) => self.session.plan_schema(&stmt).await,
             Err(_) => None,
         };
@@ -397,7 +468,7 @@ impl ExtendedQueryHandler for Connection {
 
     async fn do_describe_portal<C>(
         &self,
-        _client: &mut C,
+        client: &mut C,
         portal: &Portal<Prepared>,
     ) -> PgWireResult<DescribePortalResponse>
     where
@@ -406,12 +477,13 @@ impl ExtendedQueryHandler for Connection {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        self.begin(client).await;
         let stmt = portal
             .statement
             .statement
             .bound(portal)
             .map_err(|e| user_error(&e))?;
-        let parsed = stmt.parse().map_err(|e| user_error(&e))?;
+        let parsed = self.parse(&stmt).map_err(|e| user_error(&e))?;
         if transaction(&parsed).is_some() {
             return Ok(DescribePortalResponse::new(Vec::new()));
         }
@@ -434,7 +506,7 @@ impl ExtendedQueryHandler for Connection {
 
     async fn do_query<C>(
         &self,
-        _client: &mut C,
+        client: &mut C,
         portal: &Portal<Prepared>,
         _max_rows: usize,
     ) -> PgWireResult<Response>
@@ -444,6 +516,7 @@ impl ExtendedQueryHandler for Connection {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        self.begin(client).await;
         let ran = self
             .described
             .lock()
