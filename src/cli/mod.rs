@@ -7,6 +7,7 @@
 //! ```
 
 pub mod print;
+pub mod remote;
 pub mod repl;
 
 use std::io::{IsTerminal, Write};
@@ -18,7 +19,7 @@ use clap::Parser as ClapParser;
 
 use crate::error::{Error, Result};
 use crate::session::{Output, Session};
-use crate::sql::{Statement, split_statements};
+use crate::sql::{ScriptStatement, split_statements};
 use crate::task::AbortOnDrop;
 pub use print::{Format, PrintOptions};
 
@@ -45,8 +46,12 @@ pub struct Args {
     #[arg(long)]
     pub continue_on_error: bool,
     /// Serve job metrics in the Prometheus text format on ADDR (e.g. 127.0.0.1:9249).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", conflicts_with = "connect")]
     pub metrics: Option<String>,
+    /// Run the statements on the floe server at URL (postgres://user@host:port/catalog)
+    /// instead of in this process; a password comes from the URL or PGPASSWORD.
+    #[arg(long, value_name = "URL")]
+    pub connect: Option<String>,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -145,8 +150,19 @@ pub async fn main(args: Args) -> i32 {
             }
         };
     }
-    let session = Arc::new(Session::new());
     let print = args.print_options();
+    let repl = args.commands.is_empty() && args.files.is_empty();
+    if let Some(url) = &args.connect {
+        let backend = match remote::Remote::connect(url).await {
+            Ok(r) => Backend::Remote(Box::new(r)),
+            Err(e) => {
+                eprintln!("Error: {e}");
+                return 2;
+            }
+        };
+        return run_backend(&backend, &args, print, repl).await;
+    }
+    let session = Arc::new(Session::new());
     let _metrics = match &args.metrics {
         Some(addr) => match crate::server::metrics::serve(addr, session.clone()).await {
             Ok(task) => Some(AbortOnDrop::from(task)),
@@ -157,13 +173,60 @@ pub async fn main(args: Args) -> i32 {
         },
         None => None,
     };
-    let repl = args.commands.is_empty() && args.files.is_empty();
+    let backend = Backend::Local(session);
+    run_backend(&backend, &args, print, repl).await
+}
+
+/// Where statements run: this process's session, or a server (`--connect`).
+pub enum Backend {
+    Local(Arc<Session>),
+    Remote(Box<remote::Remote>),
+}
+
+impl Backend {
+    /// The local session, if statements run here.
+    pub fn session(&self) -> Option<&Session> {
+        match self {
+            Backend::Local(s) => Some(s),
+            Backend::Remote(_) => None,
+        }
+    }
+
+    /// Run one statement; Ctrl-C cancels it (on a server, with a cancel request).
+    pub async fn execute(&self, stmt: &ScriptStatement) -> Result<Output> {
+        match self {
+            Backend::Local(session) => {
+                let parsed = stmt.parse()?;
+                tokio::select! {
+                    r = session.execute(parsed) => r,
+                    _ = crate::interrupt::interrupted() => Err(Error::Cancelled),
+                }
+            }
+            Backend::Remote(remote) => {
+                let text = stmt.text();
+                let run = remote.execute(&text);
+                tokio::pin!(run);
+                tokio::select! {
+                    r = &mut run => r,
+                    _ = crate::interrupt::interrupted() => {
+                        // The server answers the statement with an error once cancelled.
+                        remote.cancel().await?;
+                        run.await
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The REPL, or the -c commands and -f scripts (then the jobs they started), on `backend`.
+async fn run_backend(backend: &Backend, args: &Args, print: PrintOptions, repl: bool) -> i32 {
     // The REPL installs its handler after the line editor, which sets its own.
     if !repl && let Err(e) = crate::interrupt::install(true) {
         eprintln!("Warning: Ctrl-C will not cancel statements: {e}");
     }
     if repl {
-        return match repl::run(&session, print).await {
+        return match repl::run(backend, print).await {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("Error: {e}");
@@ -171,13 +234,17 @@ pub async fn main(args: Args) -> i32 {
             }
         };
     }
-    let failed = run_all(&session, &args, print).await;
-    let jobs_failed = wait_for_jobs(&session).await;
+    let failed = run_all(backend, args, print).await;
+    // A server's jobs run on there; this process's are waited for.
+    let jobs_failed = match backend.session() {
+        Some(session) => wait_for_jobs(session).await,
+        None => false,
+    };
     i32::from(failed || jobs_failed)
 }
 
 /// Run the -c commands, then the -f files. Returns whether any statement failed.
-async fn run_all(session: &Session, args: &Args, print: PrintOptions) -> bool {
+async fn run_all(session: &Backend, args: &Args, print: PrintOptions) -> bool {
     let mut failed = false;
     for (i, sql) in args.commands.iter().enumerate() {
         let source = format!("-c #{}", i + 1);
@@ -269,7 +336,7 @@ fn report_failures(failures: Vec<(String, String)>) -> bool {
 /// Run a script statement by statement. Returns false if any statement failed; stops at
 /// the first failure unless `keep_going`.
 pub async fn run_script(
-    session: &Session,
+    session: &Backend,
     source: &str,
     sql: &str,
     print: PrintOptions,
@@ -284,11 +351,7 @@ pub async fn run_script(
     };
     let mut ok = true;
     for stmt in statements {
-        let result = match stmt.parse() {
-            Ok(parsed) => run_statement(session, parsed, print).await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = result {
+        if let Err(e) = run_statement(session, &stmt, print).await {
             eprintln!("Error in {source} at line {}: {e}", stmt.line);
             ok = false;
             if !keep_going {
@@ -300,12 +363,13 @@ pub async fn run_script(
 }
 
 /// Run one statement and print its output; Ctrl-C cancels the statement.
-pub async fn run_statement(session: &Session, stmt: Statement, print: PrintOptions) -> Result<()> {
+pub async fn run_statement(
+    backend: &Backend,
+    stmt: &ScriptStatement,
+    print: PrintOptions,
+) -> Result<()> {
     let start = Instant::now();
-    let output: Output = tokio::select! {
-        r = session.execute(stmt) => r?,
-        _ = crate::interrupt::interrupted() => return Err(Error::Cancelled),
-    };
+    let output = backend.execute(stmt).await?;
     let mut out = std::io::stdout().lock();
     print.print(&mut out, &output, start.elapsed())?;
     out.flush().map_err(|e| Error::io("writing output", e))

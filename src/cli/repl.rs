@@ -13,11 +13,11 @@ use rustyline::history::FileHistory;
 use rustyline::validate::{ValidationContext, ValidationResult, Validator};
 use rustyline::{CompletionType, Config, Context, Editor, Helper};
 
-use super::{PrintOptions, run_statement};
+use super::{Backend, PrintOptions, run_statement};
 use crate::error::{Error, Result};
-use crate::session::Session;
+use crate::session::{Output, Session};
 use crate::sql::parser::mask_secrets;
-use crate::sql::{Statement, is_complete, parse_sql};
+use crate::sql::{ScriptStatement, is_complete, split_statements};
 
 const HELP: &str = r#"floe: SQL ends with ';' and may span lines.
 
@@ -194,8 +194,46 @@ impl Completer for FloeHelper {
     }
 }
 
-/// Names for completion: catalogs, `catalog.namespace` and `catalog.namespace.table`.
-async fn completion_names(session: &Session) -> Vec<String> {
+/// Names for completion: catalogs, `catalog.namespace` and `catalog.namespace.table`; on a
+/// server, its tables as its `information_schema` lists them.
+async fn completion_names(backend: &Backend) -> Vec<String> {
+    let Backend::Remote(remote) = backend else {
+        return match backend.session() {
+            Some(session) => local_names(session).await,
+            None => Vec::new(),
+        };
+    };
+    let sql = "SELECT table_catalog, table_schema, table_name FROM information_schema.tables \
+               WHERE table_schema NOT IN ('information_schema', 'pg_catalog')";
+    let Ok(Output::Rows(_, batches)) = remote.execute(sql).await else {
+        return Vec::new();
+    };
+    let mut names = std::collections::BTreeSet::new();
+    for batch in &batches {
+        let columns: Vec<Vec<String>> = (0..3)
+            .map(|i| {
+                let c = batch.column(i);
+                let c = c
+                    .as_any()
+                    .downcast_ref::<datafusion::arrow::array::StringArray>();
+                c.map(|c| {
+                    c.iter()
+                        .map(|v| v.unwrap_or_default().to_string())
+                        .collect()
+                })
+                .unwrap_or_default()
+            })
+            .collect();
+        for ((c, s), t) in columns[0].iter().zip(&columns[1]).zip(&columns[2]) {
+            names.insert(c.clone());
+            names.insert(format!("{c}.{s}"));
+            names.insert(format!("{c}.{s}.{t}"));
+        }
+    }
+    names.into_iter().collect()
+}
+
+async fn local_names(session: &Session) -> Vec<String> {
     let mut names = Vec::new();
     for (name, handle) in session.catalogs() {
         names.push(name.clone());
@@ -243,7 +281,7 @@ fn history_path() -> Option<std::path::PathBuf> {
 }
 
 /// Run the REPL until `\q` or end of input.
-pub async fn run(session: &Session, print: PrintOptions) -> Result<()> {
+pub async fn run(backend: &Backend, print: PrintOptions) -> Result<()> {
     let names = Arc::new(Mutex::new(Vec::new()));
     let config = Config::builder()
         .completion_type(CompletionType::List)
@@ -266,6 +304,9 @@ pub async fn run(session: &Session, print: PrintOptions) -> Result<()> {
         "floe {} — SQL ends with ';'. \\? for help, \\q to quit.",
         env!("CARGO_PKG_VERSION")
     );
+    if let Backend::Remote(remote) = backend {
+        println!("connected to {}", remote.address());
+    }
     loop {
         match rl.readline("floe> ") {
             Ok(line) => {
@@ -294,20 +335,20 @@ pub async fn run(session: &Session, print: PrintOptions) -> Result<()> {
                 } else {
                     text.to_string()
                 };
-                let statements: Vec<Statement> = match parse_sql(&sql) {
+                let statements: Vec<ScriptStatement> = match split_statements(&sql) {
                     Ok(s) => s,
                     Err(e) => {
                         eprintln!("Error: {e}");
                         continue;
                     }
                 };
-                for stmt in statements {
-                    if let Err(e) = run_statement(session, stmt, print).await {
+                for stmt in &statements {
+                    if let Err(e) = run_statement(backend, stmt, print).await {
                         eprintln!("Error: {e}");
                         break;
                     }
                 }
-                let fresh = completion_names(session).await;
+                let fresh = completion_names(backend).await;
                 if let Ok(mut n) = names.lock() {
                     *n = fresh;
                 }
@@ -317,7 +358,10 @@ pub async fn run(session: &Session, print: PrintOptions) -> Result<()> {
             Err(e) => return Err(Error::Internal(format!("line editor: {e}"))),
         }
     }
-    if session.jobs().any_active() {
+    // A server's jobs run on after its client; this process's stop with it.
+    if let Some(session) = backend.session()
+        && session.jobs().any_active()
+    {
         println!("stopping jobs: taking a final checkpoint...");
         session.jobs().stop_all().await;
     }
