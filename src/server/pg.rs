@@ -37,7 +37,7 @@ use super::Server;
 use super::auth::Startup;
 use super::encode;
 use super::pg_rewrite::{self, Context};
-use super::state::Kind;
+use super::state::{Kind, created_view, dropped_views};
 use crate::error::{Error, ErrorKind};
 use crate::session::{Output, Session};
 use crate::sql::{Literal, ScriptStatement, Statement, split_statements};
@@ -159,6 +159,12 @@ impl Connection {
 
     fn remember(&self, stmt: &Statement, output: &Output) -> Result<(), Error> {
         let state = self.server.state();
+        if let Some(view) = created_view(stmt) {
+            return state.define(Kind::View, &view, stmt.to_string());
+        }
+        for view in dropped_views(stmt) {
+            state.undefine(Kind::View, &view)?;
+        }
         match stmt {
             Statement::CreateCatalog(c) => state.define(Kind::Catalog, &c.name, stmt.to_string()),
             Statement::CreateSource(s) => state.define(Kind::Source, &s.name, stmt.to_string()),

@@ -2,8 +2,9 @@
 //! sources clients defined, and the jobs they submitted.
 //!
 //! ```text
-//! DIR/definitions.sql   CREATE CATALOG / CREATE SOURCE statements, in the order they were
-//!                       made (a DROP takes its statement out); replayed on start
+//! DIR/definitions.sql   CREATE CATALOG / CREATE SOURCE / CREATE VIEW statements, in the
+//!                       order they were made (a DROP takes its statement out); replayed on
+//!                       start, in the server's session (a view's names resolve as there)
 //! DIR/jobs/<job>.sql    a job that is to run: the SET statements of the session that
 //!                       submitted it, then its INSERT; resumed on start (from its last
 //!                       checkpoint)
@@ -17,6 +18,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast::{ObjectName, ObjectType, Statement as SQLStatement};
+
 use crate::error::{Error, Result};
 
 /// What a definition defines.
@@ -24,6 +28,42 @@ use crate::error::{Error, Result};
 pub enum Kind {
     Catalog,
     Source,
+    View,
+}
+
+/// The name of the view `stmt` creates, as the server keeps it.
+pub fn created_view(stmt: &crate::sql::Statement) -> Option<String> {
+    match sql_statement(stmt)? {
+        SQLStatement::CreateView(v) => Some(view_key(&v.name)),
+        _ => None,
+    }
+}
+
+/// The names of the views `stmt` drops.
+pub fn dropped_views(stmt: &crate::sql::Statement) -> Vec<String> {
+    match sql_statement(stmt) {
+        Some(SQLStatement::Drop {
+            object_type: ObjectType::View,
+            names,
+            ..
+        }) => names.iter().map(view_key).collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn sql_statement(stmt: &crate::sql::Statement) -> Option<&SQLStatement> {
+    match stmt {
+        crate::sql::Statement::DataFusion(s) => match s.as_ref() {
+            DFStatement::Statement(s) => Some(s),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A view's name as written, lower-cased (unquoted names are, as DataFusion resolves them).
+fn view_key(name: &ObjectName) -> String {
+    name.to_string().to_lowercase()
 }
 
 /// The server's state directory.
@@ -100,6 +140,10 @@ impl ServerState {
                 .map_err(io(format!("reading {}", path.display())))?;
             for stmt in crate::sql::parse_sql(&text)? {
                 let text = stmt.to_string();
+                if let Some(view) = created_view(&stmt) {
+                    definitions.push((Kind::View, view, text));
+                    continue;
+                }
                 match stmt {
                     crate::sql::Statement::CreateCatalog(c) => {
                         definitions.push((Kind::Catalog, c.name, text))
@@ -109,8 +153,8 @@ impl ServerState {
                     }
                     _ => {
                         return Err(Error::Plan(format!(
-                            "{} holds a statement that defines neither a catalog nor a \
-                             source: {text}",
+                            "{} holds a statement that defines no catalog, source or \
+                             view: {text}",
                             path.display()
                         )));
                     }
@@ -142,7 +186,8 @@ impl ServerState {
         replace(&self.dir.join("definitions.sql"), &script(&statements))
     }
 
-    /// A catalog or source was created (`statement`); it replaces one of the same name.
+    /// A catalog, source or view was created (`statement`); it replaces one of the same
+    /// name (and goes last: it may use what was defined since).
     pub fn define(&self, kind: Kind, name: &str, statement: String) -> Result<()> {
         let mut d = self.lock();
         d.retain(|(k, n, _)| !(*k == kind && n == name));
@@ -150,7 +195,7 @@ impl ServerState {
         self.save(&d)
     }
 
-    /// A catalog or source was dropped.
+    /// A catalog, source or view was dropped.
     pub fn undefine(&self, kind: Kind, name: &str) -> Result<()> {
         let mut d = self.lock();
         let before = d.len();
