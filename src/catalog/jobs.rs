@@ -26,8 +26,8 @@ use crate::stream::{Jobs, TableHealth};
 /// The schema `floe.jobs` is registered in, in the session's default catalog.
 pub const JOBS_SCHEMA: &str = "floe";
 
-/// The columns of `floe.jobs`.
-static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
+/// The columns of `floe.jobs` (and of `SHOW JOBS`).
+pub static JOBS_COLUMNS: LazyLock<SchemaRef> = LazyLock::new(|| {
     Arc::new(Schema::new(vec![
         Field::new("name", DataType::Utf8, false),
         Field::new("state", DataType::Utf8, false),
@@ -65,7 +65,7 @@ impl std::fmt::Debug for SessionView {
 pub fn jobs_table(jobs: Arc<Jobs>) -> SessionView {
     SessionView {
         name: "jobs",
-        schema: SCHEMA.clone(),
+        schema: JOBS_COLUMNS.clone(),
         rows: Box::new(move || batch(&jobs.rows())),
     }
 }
@@ -102,7 +102,7 @@ fn batch(rows: &[JobRow]) -> Result<RecordBatch> {
             .map(|t| t.naive_utc().to_string())
     };
     RecordBatch::try_new(
-        SCHEMA.clone(),
+        JOBS_COLUMNS.clone(),
         vec![
             strings(|r| r.name.clone()),
             strings(|r| r.state.clone()),

@@ -11,7 +11,10 @@ use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 
 use super::columns::schema_from_columns;
-use super::{Output, Session, string_rows, unregister};
+use super::{
+    CATALOG_COLUMNS, COLUMN_COLUMNS, Output, SCHEMA_COLUMNS, Session, TABLE_COLUMNS, string_rows,
+    unregister,
+};
 use crate::catalog::LakeCatalogProvider;
 use crate::catalog::jobs::JOBS_SCHEMA;
 use crate::connector::aws::StaticCredentials;
@@ -84,10 +87,7 @@ impl Session {
                 }
             }
         }
-        string_rows(
-            &["catalog_name", "type", "options"],
-            vec![names, kind, opts],
-        )
+        string_rows(CATALOG_COLUMNS, vec![names, kind, opts])
     }
 
     pub(super) async fn create_schema(&self, s: CreateSchema) -> Result<Output> {
@@ -187,7 +187,7 @@ impl Session {
                 schemas.push(n);
             }
         }
-        string_rows(&["catalog_name", "schema_name"], vec![catalogs, schemas])
+        string_rows(SCHEMA_COLUMNS, vec![catalogs, schemas])
     }
 
     pub(super) async fn create_table(&self, s: CreateTable) -> Result<Output> {
@@ -356,10 +356,7 @@ impl Session {
             }
         }
         let [a, b, c] = cols;
-        string_rows(
-            &["table_catalog", "table_schema", "table_name"],
-            vec![a, b, c],
-        )
+        string_rows(TABLE_COLUMNS, vec![a, b, c])
     }
 
     pub(super) async fn describe(&self, s: Describe) -> Result<Output> {
@@ -557,5 +554,5 @@ fn describe_rows(table: &Table) -> Result<Output> {
         String::new(),
     );
     let [a, b, c] = cols;
-    string_rows(&["column_name", "data_type", "is_nullable"], vec![a, b, c])
+    string_rows(COLUMN_COLUMNS, vec![a, b, c])
 }

@@ -27,7 +27,7 @@ use datafusion::prelude::SessionConfig;
 use datafusion::sql::parser::{DFParserBuilder, Statement as DFStatement};
 use datafusion::sql::sqlparser::ast::{Ident, ObjectName, Set, Statement as SQLStatement};
 
-use crate::catalog::jobs::{JOBS_SCHEMA, jobs_table, table_health};
+use crate::catalog::jobs::{JOBS_COLUMNS, JOBS_SCHEMA, jobs_table, table_health};
 use crate::config::{FloeOptions, qualify_setting};
 use crate::connector::SourceRef;
 use crate::error::{Error, Result};
@@ -284,11 +284,25 @@ impl Session {
     }
 
     /// The schema of the rows `stmt` returns, planned without running it, when it is a query
-    /// that reads no source; `None` when only running it tells (floe's statements, previews
-    /// of sources) or it does not plan (running it reports why).
+    /// that reads no source or one of floe's statements with fixed columns (`SHOW ...`,
+    /// `DESCRIBE`); `None` when only running it tells (other statements, previews of sources)
+    /// or it does not plan (running it reports why).
     pub async fn plan_schema(&self, stmt: &Statement) -> Option<SchemaRef> {
-        let Statement::DataFusion(s) = stmt else {
-            return None;
+        let s = match stmt {
+            Statement::DataFusion(s) => s,
+            Statement::ShowCatalogs => return Some(string_schema(CATALOG_COLUMNS)),
+            Statement::ShowSchemas(_) => return Some(string_schema(SCHEMA_COLUMNS)),
+            Statement::ShowTables(_) => return Some(string_schema(TABLE_COLUMNS)),
+            Statement::ShowSources => return Some(string_schema(SOURCE_COLUMNS)),
+            Statement::DescribeSource(_) => return Some(string_schema(COLUMN_COLUMNS)),
+            Statement::ShowJobs => return Some(JOBS_COLUMNS.clone()),
+            Statement::Describe(d) => {
+                let name = self.table_name(&d.name).ok()?;
+                return self
+                    .is_iceberg(&name.catalog)
+                    .then(|| string_schema(COLUMN_COLUMNS));
+            }
+            _ => return None,
         };
         let DFStatement::Statement(inner) = s.as_ref() else {
             return None;
@@ -336,14 +350,30 @@ fn qualify_set(stmt: &mut DFStatement) {
     }
 }
 
-/// A result of string columns.
-pub(super) fn string_rows(names: &[&str], columns: Vec<Vec<String>>) -> Result<Output> {
-    let schema = Arc::new(Schema::new(
+/// The columns of `SHOW CATALOGS`.
+const CATALOG_COLUMNS: &[&str] = &["catalog_name", "type", "options"];
+/// The columns of `SHOW SCHEMAS`.
+const SCHEMA_COLUMNS: &[&str] = &["catalog_name", "schema_name"];
+/// The columns of `SHOW TABLES`.
+const TABLE_COLUMNS: &[&str] = &["table_catalog", "table_schema", "table_name"];
+/// The columns of `SHOW SOURCES`.
+const SOURCE_COLUMNS: &[&str] = &["source_name", "connector", "columns"];
+/// The columns of `DESCRIBE` (a lake table or a source).
+const COLUMN_COLUMNS: &[&str] = &["column_name", "data_type", "is_nullable"];
+
+/// The schema of a result of string columns.
+fn string_schema(names: &[&str]) -> SchemaRef {
+    Arc::new(Schema::new(
         names
             .iter()
             .map(|n| Field::new(*n, DataType::Utf8, false))
             .collect::<Vec<_>>(),
-    ));
+    ))
+}
+
+/// A result of string columns.
+pub(super) fn string_rows(names: &[&str], columns: Vec<Vec<String>>) -> Result<Output> {
+    let schema = string_schema(names);
     let arrays = columns
         .into_iter()
         .map(|c| Arc::new(StringArray::from(c)) as _)

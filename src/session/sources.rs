@@ -10,7 +10,7 @@ use datafusion::execution::session_state::SessionState;
 use datafusion::sql::parser::Statement as DFStatement;
 
 use super::columns::arrow_schema_from_columns;
-use super::{Output, Session, string_rows, unregister};
+use super::{COLUMN_COLUMNS, Output, SOURCE_COLUMNS, Session, string_rows, unregister};
 use crate::connector::WatermarkDef;
 use crate::connector::{SourceDef, SourceRef};
 use crate::error::{Error, Result};
@@ -90,10 +90,7 @@ impl Session {
                 (true, n) => format!("inferred + {n}"),
             })
             .collect();
-        string_rows(
-            &["source_name", "connector", "columns"],
-            vec![names, connectors, columns],
-        )
+        string_rows(SOURCE_COLUMNS, vec![names, connectors, columns])
     }
 
     pub(super) fn describe_source(&self, s: DescribeSource) -> Result<Output> {
@@ -125,7 +122,7 @@ impl Session {
             cols[2].push(String::new());
         }
         let [a, b, c] = cols;
-        string_rows(&["column_name", "data_type", "is_nullable"], vec![a, b, c])
+        string_rows(COLUMN_COLUMNS, vec![a, b, c])
     }
 
     /// The declared sources, by name.

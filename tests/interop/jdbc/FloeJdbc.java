@@ -70,6 +70,18 @@ public class FloeJdbc {
                     rs.next();
                     out("count", String.valueOf(rs.getLong(1)));
                 }
+                // floe's own statements: DDL, and one whose rows only running it tells.
+                s.executeUpdate("CREATE SCHEMA lake.jdbc");
+                try (ResultSet rs = s.executeQuery("SHOW SCHEMAS IN lake")) {
+                    while (rs.next()) out("floe_schema", rs.getString("schema_name"));
+                }
+            }
+            try (PreparedStatement ps = c.prepareStatement("SHOW TABLES IN lake.shop")) {
+                ResultSetMetaData m = ps.getMetaData();
+                out("show_described", String.valueOf(m == null ? 0 : m.getColumnCount()));
+                try (ResultSet rs = ps.executeQuery()) {
+                    while (rs.next()) out("show_row", rs.getString(rs.findColumn("table_name")));
+                }
             }
         }
     }
