@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, Utc};
+use chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, Timelike, Utc};
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{
     DataType, Date32Type, Date64Type, Decimal128Type, Float16Type, Float32Type, Float64Type,
@@ -23,7 +23,7 @@ use datafusion::arrow::datatypes::{
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use pgwire::api::Type;
 use pgwire::api::portal::Format;
-use pgwire::api::results::{DataRowEncoder, FieldInfo};
+use pgwire::api::results::{DataRowEncoder, FieldFormat, FieldInfo};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::data::DataRow;
 use rust_decimal::Decimal;
@@ -88,8 +88,11 @@ pub fn rows(fields: &Arc<Vec<FieldInfo>>, batches: &[RecordBatch]) -> PgWireResu
             .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).map_err(failed))
             .collect::<PgWireResult<Vec<_>>>()?;
         for row in 0..batch.num_rows() {
-            for (column, formatter) in batch.columns().iter().zip(&formatters) {
-                encode(&mut encoder, column, row, formatter)?;
+            for ((column, formatter), field) in
+                batch.columns().iter().zip(&formatters).zip(fields.iter())
+            {
+                let text = field.format() == FieldFormat::Text;
+                encode(&mut encoder, column, row, formatter, text)?;
             }
             out.push(encoder.take_row());
         }
@@ -97,12 +100,14 @@ pub fn rows(fields: &Arc<Vec<FieldInfo>>, batches: &[RecordBatch]) -> PgWireResu
     Ok(out)
 }
 
-/// Encode the value at `row` of `column` as its [`pg_type`].
+/// Encode the value at `row` of `column` as its [`pg_type`]; in the text format (`text`)
+/// times and timestamps as PostgreSQL prints them.
 fn encode(
     encoder: &mut DataRowEncoder,
     column: &ArrayRef,
     row: usize,
     formatter: &ArrayFormatter,
+    text: bool,
 ) -> PgWireResult<()> {
     if column.is_null(row) {
         return encoder.encode_field(&None::<&str>);
@@ -149,10 +154,23 @@ fn encode(
             row,
         )?),
         DataType::Time32(_) | DataType::Time64(_) => {
-            encoder.encode_field(&time(c, row).ok_or_else(|| out_of_range(formatter, row))?)
+            let t = time(c, row).ok_or_else(|| out_of_range(formatter, row))?;
+            if text {
+                return encoder.encode_field(&postgres_text(
+                    &t.format("%H:%M:%S"),
+                    t.nanosecond(),
+                    "",
+                ));
+            }
+            encoder.encode_field(&t)
         }
         DataType::Timestamp(unit, tz) => {
             let at = timestamp(c, unit, row).ok_or_else(|| out_of_range(formatter, row))?;
+            if text {
+                let zone = if tz.is_some() { "+00" } else { "" };
+                let shown = at.format("%Y-%m-%d %H:%M:%S");
+                return encoder.encode_field(&postgres_text(&shown, at.nanosecond(), zone));
+            }
             match tz {
                 None => encoder.encode_field(&at),
                 Some(_) => {
@@ -162,6 +180,18 @@ fn encode(
         }
         _ => encoder.encode_field(&formatter.value(row).to_string()),
     }
+}
+
+/// A time as PostgreSQL prints it: its fraction of a second in microseconds without
+/// trailing zeros, none when whole (`09:15:00`, `09:15:00.5`), then its zone (timestamps
+/// with a time zone are sent in UTC: `+00`).
+fn postgres_text(whole: &impl std::fmt::Display, nanos: u32, zone: &str) -> String {
+    let micros = nanos / 1_000;
+    if micros == 0 {
+        return format!("{whole}{zone}");
+    }
+    let fraction = format!("{micros:06}");
+    format!("{whole}.{}{zone}", fraction.trim_end_matches('0'))
 }
 
 fn out_of_range(formatter: &ArrayFormatter, row: usize) -> PgWireError {
@@ -268,6 +298,23 @@ mod tests {
             }
         }
         assert_eq!(bytes, want);
+    }
+
+    #[test]
+    fn times_are_printed_as_postgresql_prints_them() {
+        let whole = chrono::NaiveDate::from_ymd_opt(2024, 5, 1)
+            .and_then(|d| d.and_hms_opt(9, 15, 0))
+            .expect("a time");
+        let shown = whole.format("%Y-%m-%d %H:%M:%S");
+        assert_eq!(postgres_text(&shown, 0, ""), "2024-05-01 09:15:00");
+        assert_eq!(
+            postgres_text(&shown, 500_000_000, "+00"),
+            "2024-05-01 09:15:00.5+00"
+        );
+        assert_eq!(
+            postgres_text(&shown, 123_456_789, ""),
+            "2024-05-01 09:15:00.123456"
+        );
     }
 
     #[test]

@@ -103,6 +103,13 @@ def test_psycopg_reads_pg_catalog_like_a_postgresql_server(shop: FloeServer):
         rows(conn, "SET application_name = 'a tool'")
         assert rows(conn, "SHOW TRANSACTION ISOLATION LEVEL") == [("read committed",)]
         assert rows(conn, "SELECT current_schema(), current_user")[0][1] == "floe"
+        # Timestamps in PostgreSQL's text: whole seconds bare, a zone for timestamptz.
+        import datetime
+        (a, b), = rows(conn, "SELECT TIMESTAMP '2024-05-01 09:15:00.5' AS a, arrow_cast("
+                             "TIMESTAMP '2024-05-01 09:15:00', "
+                             "'Timestamp(Microsecond, Some(\"+00:00\"))') AS b")
+        assert a == datetime.datetime(2024, 5, 1, 9, 15, 0, 500000), a
+        assert b == datetime.datetime(2024, 5, 1, 9, 15, tzinfo=datetime.timezone.utc), b
 
 
 def test_jdbc_reads_the_servers_metadata_and_reuses_a_prepared_statement(
@@ -137,6 +144,10 @@ def test_jdbc_reads_the_servers_metadata_and_reuses_a_prepared_statement(
     assert facts["row"] == [["1", "ann", "19.99"], ["2", "bob", "5.00"]], facts["row"]
     assert facts["error"][0][0].startswith("42"), facts["error"]
     assert facts["count"] == [["2"]], facts["count"]
+    # floe's own statements: DDL, SHOW described before it runs (as JDBC's getMetaData asks).
+    assert ["jdbc"] in facts["floe_schema"], facts["floe_schema"]
+    assert facts["show_described"] == [["3"]], facts["show_described"]
+    assert facts["show_row"] == [["orders"]], facts["show_row"]
 
 
 def floe_connect(floe_bin: Path, server: FloeServer, database: str, *args: str,
@@ -206,3 +217,26 @@ def test_floe_connect_cancels_the_running_statement_on_ctrl_c(
     # The server goes on serving.
     again = psql(shop, "lake", "-c", "SELECT count(*) FROM shop.orders")
     assert again.returncode == 0 and "2" in again.stdout, again.stderr
+
+
+def test_views_are_kept_by_the_server_and_listed(shop: FloeServer):
+    def connect() -> psycopg.Connection:
+        return psycopg.connect(host="127.0.0.1", port=shop.port, user="floe", dbname="floe",
+                               autocommit=True)
+
+    with connect() as conn:
+        rows(conn, "CREATE VIEW big_orders AS "
+                   "SELECT id, amount FROM lake.shop.orders WHERE amount > 10")
+        rows(conn, "CREATE VIEW small_orders AS SELECT id FROM lake.shop.orders")
+        rows(conn, "DROP VIEW small_orders")
+    # psql lists it, in the default catalog's schema.
+    out = psql(shop, "datafusion", "-c", r"\dv")
+    assert out.returncode == 0, out.stderr
+    assert "public|big_orders|view|floe" in out.stdout and "small" not in out.stdout, out.stdout
+    # A restarted server has it again (after the catalog it reads); the dropped one is gone.
+    shop.kill()
+    shop.start()
+    with connect() as conn:
+        assert rows(conn, "SELECT id FROM big_orders") == [(1,)]
+        with pytest.raises(psycopg.Error):
+            rows(conn, "SELECT * FROM small_orders")
