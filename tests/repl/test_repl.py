@@ -75,7 +75,7 @@ def _interop_helpers():
 class Repl:
     """One floe REPL in a PTY, with expectations that fail with the terminal's output."""
 
-    def __init__(self, binary: Path, home: Path, cwd: Path):
+    def __init__(self, binary: Path, home: Path, cwd: Path, args: Sequence[str] = ()):
         self.home = home
         self.cwd = cwd
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLOE_")}
@@ -85,7 +85,7 @@ class Repl:
         self._mark = 0
         self.child = pexpect.spawn(
             str(binary),
-            [],
+            list(args),
             cwd=str(cwd),
             env=env,
             dimensions=(ROWS, COLS),
@@ -537,3 +537,70 @@ def test_script_shows_a_progress_line_on_a_terminal_only(floe_bin: Path, tmp_pat
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr == "" and done.stdout == "", (done.stdout, done.stderr)
+
+
+def test_the_repl_connects_to_a_server(
+    floe_bin: Path, repl_home: Path, repl_cwd: Path, tmp_path: Path
+) -> None:
+    """`floe --connect`: the same REPL, its statements run by a server (floe serve)."""
+    import socket
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    port = free_port()
+    log = open(tmp_path / "server.log", "w")
+    server = subprocess.Popen(
+        [str(floe_bin), "serve", "--listen", f"127.0.0.1:{port}", "--state-dir",
+         str(tmp_path / "state"), "--dashboard", f"127.0.0.1:{free_port()}"],
+        cwd=repl_cwd, stdout=log, stderr=log)
+    try:
+        deadline = time.time() + 60
+        while True:
+            assert server.poll() is None, (tmp_path / "server.log").read_text()
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.time() < deadline, "floe serve did not listen"
+                time.sleep(0.1)
+        url = f"postgres://floe@127.0.0.1:{port}/floe"
+        repl = Repl(floe_bin, repl_home, repl_cwd, ["--connect", url])
+        try:
+            repl.expect_prompt()
+            assert f"connected to {url}" in repl.screen(), repl.screen()
+            repl.run(CREATE_LAKE, r"CREATE CATALOG")
+            repl.run("CREATE SCHEMA lake.db;", r"CREATE SCHEMA")
+            repl.run("CREATE TABLE lake.db.t (id BIGINT);", r"CREATE TABLE")
+            repl.run("INSERT INTO lake.db.t VALUES (1), (2);")
+            repl.run("SELECT count(*) AS n FROM lake.db.t;", cell("n"), cell("2"),
+                     r"1 row\(s\) fetched")
+            # An error is the server's message; the connection goes on.
+            repl.run("SELECT * FROM lake.db.nope;", r"Error: [^\n]*nope")
+            repl.run("SELECT 5 AS five;", cell("five"), cell("5"))
+            # Names complete from the server's catalogs.
+            repl.send("SELECT * FROM lake.db.")
+            repl.send(TAB)
+            repl.expect(r"lake\.db\.t")
+            repl.child.sendintr()
+            repl.expect_prompt()
+            # Ctrl-C cancels the statement on the server, and the connection goes on.
+            _cancel(repl, LONG_RUNNING, cancel_within=20)
+            repl.run("SELECT 6 AS six;", cell("six"), cell("6"))
+            repl.line("\\q")
+            assert repl.wait_exit() == 0
+        finally:
+            repl.kill()
+        # What the REPL did is the server's: another client sees it.
+        other = Repl(floe_bin, repl_home, repl_cwd, ["--connect", url])
+        try:
+            other.expect_prompt()
+            other.run("SELECT count(*) AS n FROM lake.db.t;", cell("n"), cell("2"))
+        finally:
+            other.kill()
+    finally:
+        server.kill()
+        server.wait()
+        log.close()
