@@ -3,7 +3,8 @@
 //! connect (`SET extra_float_digits = 3`, `SHOW TRANSACTION ISOLATION LEVEL`).
 //!
 //! ```text
-//! pg_catalog.pg_class, pg_type         -> <home>.pg_catalog.pg_class (pg_catalog.rs)
+//! pg_catalog.pg_class, pg_type         -> <home>.pg_catalog.pg_class (pg_catalog/)
+//! FROM pg_catalog.pg_get_keywords()    -> FROM <home>.pg_catalog.pg_get_keywords (a table)
 //! pg_catalog.format_type(...)          -> format_type(...)            (pg_functions.rs)
 //! a OPERATOR(pg_catalog.~) b           -> a ~ b
 //! x COLLATE pg_catalog.default         -> x
@@ -14,6 +15,10 @@
 //!                                         floe never has rows in (DataFusion cannot
 //!                                         decorrelate the ones psql sends)
 //! ARRAY(SELECT e FROM ...)             -> (SELECT array_agg(e) FROM ...), NULL over no rows
+//! SELECT n.oid, n.* FROM pg_namespace n -> SELECT n.* ...: PostgreSQL returns `oid` twice,
+//!                                         DataFusion wants names apart
+//! '{a,b}'::text[]                      -> make_array('a', 'b')
+//! x <> ALL (array)                     -> NOT array_has(array, x)
 //! SELECT a.x, <anything> FROM pg_policy -> SELECT NULL AS x, NULL AS "?column?" FROM
 //!                                         pg_policy: never evaluated, so never refused
 //! (SELECT e FROM ... WHERE <outer>)    -> (SELECT max(e) ...): DataFusion plans correlated
@@ -29,14 +34,15 @@ use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{
     BinaryOperator, CastKind, DataType as SqlType, Expr, Function, FunctionArg, FunctionArgExpr,
     FunctionArguments, GroupByExpr, Ident, JoinOperator, ObjectName, ObjectNamePart, Query,
-    SelectItem, Set, SetExpr, Statement as SQLStatement, TableFactor, Value, Visit, Visitor,
-    VisitorMut,
+    SelectItem, SelectItemQualifiedWildcardKind, Set, SetExpr, Statement as SQLStatement,
+    TableFactor, Value, Visit, Visitor, VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser as SqlParser;
 
 use super::pg_catalog::{
-    PG_CATALOG, is_always_empty, is_null_array_column, is_system_table, oid_of, type_oid,
+    PG_CATALOG, has_column, is_always_empty, is_null_array_column, is_system_table, oid_of,
+    type_oid,
 };
 use crate::session::Output;
 use crate::sql::{Statement, visit_sql_mut};
@@ -239,6 +245,19 @@ impl Rewriter<'_> {
 
     /// A cast to a PostgreSQL type DataFusion lacks.
     fn cast(&self, inner: &Expr, ty: &SqlType) -> Option<Expr> {
+        if let SqlType::Array(_) = ty
+            && let Some(text) = string_literal(inner)
+            && let Some(items) = text.strip_prefix('{').and_then(|t| t.strip_suffix('}'))
+        {
+            // PostgreSQL's array text: '{a,b,"c d"}'.
+            let values: Vec<String> = items
+                .split(',')
+                .map(|v| v.trim().trim_matches('"'))
+                .filter(|v| !v.is_empty())
+                .map(quoted)
+                .collect();
+            return Some(expr(&format!("make_array({})", values.join(", "))));
+        }
         let name = match ty {
             SqlType::Regclass => "regclass".to_string(),
             SqlType::Custom(name, _) => {
@@ -443,6 +462,55 @@ fn aggregated(query: &mut Query) {
     *e = expr(&format!("max({e})"));
 }
 
+/// `SELECT n.oid, n.* FROM pg_namespace n`: a system table's column named beside its
+/// wildcard is taken out (the wildcard has it; DataFusion refuses two columns of one name).
+fn unshadowed(body: &mut SetExpr) {
+    let select = match body {
+        SetExpr::Select(select) => select,
+        SetExpr::SetOperation { left, right, .. } => {
+            unshadowed(left);
+            unshadowed(right);
+            return;
+        }
+        _ => return,
+    };
+    // What each name in FROM stands for, when it is a system table.
+    let mut system = std::collections::HashMap::new();
+    for t in &select.from {
+        for factor in std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)) {
+            if let TableFactor::Table { name, alias, .. } = factor {
+                let p = parts(name);
+                if p.len() == 3 && p[1] == PG_CATALOG {
+                    let key = alias
+                        .as_ref()
+                        .map_or(p[2].clone(), |a| a.name.value.clone());
+                    system.insert(key, p[2].clone());
+                }
+            }
+        }
+    }
+    let wildcards: Vec<String> = select
+        .projection
+        .iter()
+        .filter_map(|item| match item {
+            SelectItem::QualifiedWildcard(SelectItemQualifiedWildcardKind::ObjectName(n), _) => {
+                parts(n).last().cloned()
+            }
+            _ => None,
+        })
+        .collect();
+    select.projection.retain(|item| match item {
+        SelectItem::UnnamedExpr(Expr::CompoundIdentifier(p)) if p.len() == 2 => {
+            let (qualifier, column) = (&p[0].value, &p[1].value);
+            !(wildcards.contains(qualifier)
+                && system
+                    .get(qualifier)
+                    .is_some_and(|table| has_column(table, column)))
+        }
+        _ => true,
+    });
+}
+
 /// A query over a table that never has rows, its columns and filter made plain: nothing
 /// of them is ever evaluated, and what PostgreSQL allows there DataFusion may not plan.
 fn emptied(body: &mut SetExpr) {
@@ -484,7 +552,27 @@ impl VisitorMut for Rewriter<'_> {
     type Break = ();
 
     fn post_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        unshadowed(&mut query.body);
+        if reads_nothing(query) {
+            // No rows to order; the order may name columns `emptied` made NULL.
+            query.order_by = None;
+        }
         emptied(&mut query.body);
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        if let TableFactor::Table { name, args, .. } = factor
+            && args.is_some()
+            && parts(name).last().is_some_and(|n| is_system_table(n))
+        {
+            *name = name_of(&[
+                self.cx.home.as_str(),
+                PG_CATALOG,
+                &parts(name)[parts(name).len() - 1],
+            ]);
+            *args = None;
+        }
         ControlFlow::Continue(())
     }
 
@@ -558,6 +646,13 @@ impl VisitorMut for Rewriter<'_> {
                 data_type,
                 ..
             } => self.cast(inner, data_type),
+            Expr::AllOp {
+                left,
+                compare_op: BinaryOperator::NotEq,
+                right,
+            } if !matches!(**right, Expr::Subquery(_)) => {
+                Some(expr(&format!("NOT array_has({right}, {left})")))
+            }
             Expr::Subquery(query) if reads_nothing(query) => Some(Expr::value(Value::Null)),
             Expr::Exists { subquery, negated } if reads_nothing(subquery) => {
                 Some(Expr::value(Value::Boolean(*negated)))
@@ -671,6 +766,19 @@ mod tests {
         );
         assert!(sql.contains("(SELECT array_agg(b.rolname) FROM"), "{sql}");
         assert!(sql.contains("c.reloptions || NULL"), "{sql}");
+    }
+
+    #[test]
+    fn columns_beside_their_wildcard_and_array_texts() {
+        let sql = rewritten(
+            "SELECT n.oid, n.*, d.description FROM pg_namespace n \
+             LEFT JOIN pg_description d ON d.objoid = n.oid WHERE x <> ALL ('{a,abs}'::text[])",
+        );
+        assert!(sql.starts_with("SELECT n.*, d.description FROM"), "{sql}");
+        assert!(
+            sql.contains("NOT array_has(make_array('a', 'abs'), x)"),
+            "{sql}"
+        );
     }
 
     #[test]

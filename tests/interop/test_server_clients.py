@@ -240,3 +240,115 @@ def test_views_are_kept_by_the_server_and_listed(shop: FloeServer):
         assert rows(conn, "SELECT id FROM big_orders") == [(1,)]
         with pytest.raises(psycopg.Error):
             rows(conn, "SELECT * FROM small_orders")
+
+
+# What DBeaver's PostgreSQL plugin sends (read from its source: PostgreDataSource,
+# PostgreExecutionContext, PostgreDatabase, PostgreSchema, PostgreTableBase), after pgjdbc's
+# own `SET`s: on connect, then browsing a schema's tables, a table's columns, constraints and
+# indexes. `%s` are the values it binds.
+DBEAVER_CONNECT = [
+    ("SET extra_float_digits = 3", None),
+    ("SET application_name = 'DBeaver 24.2.3 - Metadata lake'", None),
+    ("SELECT current_schema(),session_user", None),
+    ("SELECT n.oid,n.*,d.description FROM pg_catalog.pg_namespace n\n"
+     "LEFT OUTER JOIN pg_catalog.pg_description d ON d.objoid=n.oid AND d.objsubid=0 "
+     "AND d.classoid='pg_namespace'::regclass\n ORDER BY nspname", None),
+    ("SHOW search_path", None),
+    ("SELECT db.oid,db.* FROM pg_catalog.pg_database db WHERE datname=%s", ("lake",)),
+    ("select * from pg_catalog.pg_settings where name=%s", ("standard_conforming_strings",)),
+    ("select string_agg(word, ',') from pg_catalog.pg_get_keywords() "
+     "where word <> ALL ('{a,abs,absolute,action}'::text[])", None),
+    ("SELECT version()", None),
+    ("SELECT * FROM pg_catalog.pg_enum WHERE 1<>1 LIMIT 1", None),
+    ("SELECT reltype FROM pg_catalog.pg_class WHERE 1<>1 LIMIT 1", None),
+    ("SELECT t.oid,t.*,c.relkind,format_type(nullif(t.typbasetype, 0), t.typtypmod) as "
+     "base_type_name, d.description\nFROM pg_catalog.pg_type t\n"
+     "LEFT OUTER JOIN pg_catalog.pg_type et ON et.oid=t.typelem \n"
+     "LEFT OUTER JOIN pg_catalog.pg_class c ON c.oid=t.typrelid\n"
+     "LEFT OUTER JOIN pg_catalog.pg_description d ON t.oid=d.objoid\n"
+     "WHERE t.typname IS NOT NULL\n"
+     "AND (c.relkind IS NULL OR c.relkind = 'c') AND (et.typcategory IS NULL OR "
+     "et.typcategory <> 'C')", None),
+    ("SELECT * FROM pg_catalog.pg_enum", None),
+    ("SELECT am.oid,am.* FROM pg_catalog.pg_am am \nORDER BY am.oid", None),
+]
+
+
+def dbeaver_browse(schema_oid: int, table_oid: int) -> list[tuple[str, tuple]]:
+    return [
+        ("SELECT c.oid,c.*,d.description,pg_catalog.pg_get_expr(c.relpartbound, c.oid) as "
+         "partition_expr,  pg_catalog.pg_get_partkeydef(c.oid) as partition_key \n"
+         "FROM pg_catalog.pg_class c\n"
+         "LEFT OUTER JOIN pg_catalog.pg_description d ON d.objoid=c.oid AND d.objsubid=0 "
+         "AND d.classoid='pg_class'::regclass\n"
+         "WHERE c.relnamespace=%s AND c.relkind not in ('i','I','c')", (schema_oid,)),
+        ("select c.oid,pg_catalog.pg_total_relation_size(c.oid) as total_rel_size,"
+         "pg_catalog.pg_relation_size(c.oid) as rel_size\nFROM pg_class c\n"
+         "WHERE c.relnamespace=%s", (schema_oid,)),
+        ("SELECT c.relname,a.*,pg_catalog.pg_get_expr(ad.adbin, ad.adrelid, true) as "
+         "def_value,dsc.description,dep.objid\nFROM pg_catalog.pg_attribute a\n"
+         "INNER JOIN pg_catalog.pg_class c ON (a.attrelid=c.oid)\n"
+         "LEFT OUTER JOIN pg_catalog.pg_attrdef ad ON (a.attrelid=ad.adrelid AND "
+         "a.attnum = ad.adnum)\n"
+         "LEFT OUTER JOIN pg_catalog.pg_description dsc ON (c.oid=dsc.objoid AND "
+         "a.attnum = dsc.objsubid)\n"
+         "LEFT OUTER JOIN pg_depend dep on dep.refobjid = a.attrelid AND dep.deptype = 'i' "
+         "and dep.refobjsubid = a.attnum and dep.classid = dep.refclassid\n"
+         "WHERE NOT a.attisdropped AND c.relkind not in ('i','I','c') AND c.oid=%s\n"
+         "ORDER BY a.attnum", (table_oid,)),
+        ("SELECT c.oid,c.*,t.relname as tabrelname,rt.relnamespace as refnamespace,"
+         "d.description, case when c.contype='c' then \"substring\"(pg_get_constraintdef("
+         "c.oid), 7) else null end consrc_copy\nFROM pg_catalog.pg_constraint c\n"
+         "INNER JOIN pg_catalog.pg_class t ON t.oid=c.conrelid\n"
+         "LEFT OUTER JOIN pg_catalog.pg_class rt ON rt.oid=c.confrelid\n"
+         "LEFT OUTER JOIN pg_catalog.pg_description d ON d.objoid=c.oid AND d.objsubid=0 "
+         "AND d.classoid='pg_constraint'::regclass\nWHERE c.conrelid=%s\nORDER BY c.oid",
+         (table_oid,)),
+        ("SELECT i.*,i.indkey as keys,c.relname,c.relnamespace,c.relam,c.reltablespace,"
+         "tc.relname as tabrelname,dsc.description,pg_catalog.pg_get_expr(i.indpred, "
+         "i.indrelid) as pred_expr,pg_catalog.pg_get_expr(i.indexprs, i.indrelid, true) as "
+         "expr,pg_catalog.pg_relation_size(i.indexrelid) as index_rel_size,"
+         "pg_catalog.pg_stat_get_numscans(i.indexrelid) as index_num_scans\n"
+         "FROM pg_catalog.pg_index i\nINNER JOIN pg_catalog.pg_class c ON c.oid=i.indexrelid\n"
+         "INNER JOIN pg_catalog.pg_class tc ON tc.oid=i.indrelid\n"
+         "LEFT OUTER JOIN pg_catalog.pg_description dsc ON i.indexrelid=dsc.objoid\n"
+         "WHERE  i.indrelid=%s ORDER BY c.relname", (table_oid,)),
+    ]
+
+
+def test_dbeavers_queries_on_connect_and_browsing_answer(shop: FloeServer):
+    with psycopg.connect(host="127.0.0.1", port=shop.port, user="floe", dbname="lake",
+                         autocommit=True) as conn:
+        answers = {}
+        for sql, params in DBEAVER_CONNECT:
+            with conn.cursor() as cur:
+                try:
+                    cur.execute(sql, params)
+                except psycopg.Error as e:
+                    raise AssertionError(f"{sql}\n-> {e}") from e
+                answers[sql] = (cur.fetchall() if cur.description else [],
+                                [d.name for d in cur.description or []])
+        schemas, columns = answers[DBEAVER_CONNECT[3][0]]
+        names = [r[columns.index("nspname")] for r in schemas]
+        assert {"shop", "hr", "pg_catalog"} <= set(names), names
+        shop_oid = schemas[names.index("shop")][columns.index("oid")]
+        (database,), columns = answers[DBEAVER_CONNECT[5][0]]
+        assert database[columns.index("datname")] == "lake", database
+        keywords = answers[DBEAVER_CONNECT[7][0]][0][0][0]
+        assert "select" in keywords.split(",") and "abs" not in keywords.split(","), keywords
+        types, columns = answers[DBEAVER_CONNECT[11][0]]
+        assert "int8" in [t[columns.index("typname")] for t in types], types
+        (table_oid,) = rows(conn, "SELECT 'shop.orders'::regclass")[0]
+        browsed = []
+        for sql, params in dbeaver_browse(shop_oid, table_oid):
+            with conn.cursor() as cur:
+                try:
+                    cur.execute(sql, params)
+                except psycopg.Error as e:
+                    raise AssertionError(f"{sql}\n-> {e}") from e
+                browsed.append((cur.fetchall(), [d.name for d in cur.description]))
+        (tables, columns), _, (attributes, acolumns), (constraints, _), (indexes, _) = browsed
+        assert [t[columns.index("relname")] for t in tables] == ["orders"], tables
+        assert [a[acolumns.index("attname")] for a in attributes] == [
+            "id", "customer", "amount", "paid", "ts"], attributes
+        assert constraints == [] and indexes == [], (constraints, indexes)

@@ -32,12 +32,13 @@ use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::sql::sqlparser::keywords::ALL_KEYWORDS;
 use pgwire::api::Type;
 use pgwire::api::portal::Format;
 
 use crate::server::encode;
 use tables::{Col, Rows, SystemTable, TABLES, schema_of};
-pub use tables::{is_always_empty, is_null_array_column, is_system_table};
+pub use tables::{has_column, is_always_empty, is_null_array_column, is_system_table};
 use types::{TYPES, array_of, element_of, type_category, type_len};
 pub use types::{format_type, type_oid};
 
@@ -416,6 +417,17 @@ impl PgTable {
                     cols.push(nulls(Col::Text, n));
                 }
                 cols
+            }
+            Rows::Keywords => {
+                let words: Vec<String> = ALL_KEYWORDS.iter().map(|k| k.to_lowercase()).collect();
+                let n = words.len();
+                vec![
+                    texts(words.into_iter().map(Some)),
+                    texts((0..n).map(|_| Some("U".into()))),
+                    bools((0..n).map(|_| true)),
+                    texts((0..n).map(|_| Some("unreserved".into()))),
+                    texts((0..n).map(|_| Some("can be bare label".into()))),
+                ]
             }
             Rows::None => self
                 .table

@@ -53,6 +53,8 @@ pub(super) enum Rows {
     Settings,
     Tables,
     Views,
+    /// `pg_get_keywords()`, a table function in PostgreSQL, read as a table here.
+    Keywords,
     /// Nothing floe has is of this kind.
     None,
 }
@@ -301,6 +303,18 @@ pub(super) static TABLES: &[SystemTable] = &[
             ("definition", Text),
         ],
         rows: Rows::Views,
+    },
+    SystemTable {
+        name: "pg_get_keywords",
+        oid: 12005,
+        columns: &[
+            ("word", Text),
+            ("catcode", Text),
+            ("barelabel", Bool),
+            ("catdesc", Text),
+            ("baredesc", Text),
+        ],
+        rows: Rows::Keywords,
     },
     SystemTable {
         name: "pg_index",
@@ -618,6 +632,13 @@ pub(super) static TABLES: &[SystemTable] = &[
 /// Whether `name` is one of the system tables (clients also name them unqualified).
 pub fn is_system_table(name: &str) -> bool {
     TABLES.iter().any(|t| t.name == name)
+}
+
+/// Whether system table `table` has a column `column`.
+pub fn has_column(table: &str, column: &str) -> bool {
+    TABLES
+        .iter()
+        .any(|t| t.name == table && t.columns.iter().any(|(c, _)| *c == column))
 }
 
 /// Whether system table `name` never has rows (floe has nothing of its kind).
