@@ -139,7 +139,19 @@ impl Connection {
             // Boxed: the future of a job's start nested in a statement's is too deep a type.
             return Box::pin(self.server.resume_job(r)).await;
         }
-        if let Some(output) = pg_rewrite::session_answer(&parsed) {
+        if let Some(schema) = pg_rewrite::search_path(&parsed) {
+            // PostgreSQL's search path: its first schema is where unqualified names resolve.
+            let set = format!(
+                "SET datafusion.catalog.default_schema = '{}'",
+                schema.replace('\'', "''")
+            );
+            self.session.sql(&set).await?;
+            if let Ok(mut settings) = self.settings.lock() {
+                settings.push(set);
+            }
+            return Ok(Output::Done("SET".into()));
+        }
+        if let Some(output) = pg_rewrite::session_answer(&parsed, &self.context()) {
             return Ok(output);
         }
         let output = self.session.execute(parsed.clone()).await?;

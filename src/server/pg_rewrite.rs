@@ -97,10 +97,41 @@ pub struct Context {
     pub user: String,
 }
 
+/// The schema `SET search_path TO a, b` names first (`"$user"` skipped): the one unqualified
+/// names resolve in, as floe's default schema.
+pub fn search_path(stmt: &Statement) -> Option<String> {
+    let Statement::DataFusion(s) = stmt else {
+        return None;
+    };
+    let DFStatement::Statement(s) = s.as_ref() else {
+        return None;
+    };
+    let SQLStatement::Set(Set::SingleAssignment {
+        variable, values, ..
+    }) = s.as_ref()
+    else {
+        return None;
+    };
+    if !variable.to_string().eq_ignore_ascii_case("search_path") {
+        return None;
+    }
+    values
+        .iter()
+        .flat_map(|v| match v {
+            Expr::Value(_) => string_literal(v)
+                .map(|s| s.split(',').map(|p| p.trim().to_string()).collect())
+                .unwrap_or_default(),
+            Expr::Identifier(i) => vec![i.value.clone()],
+            other => vec![other.to_string()],
+        })
+        .map(|s| s.trim_matches('"').to_string())
+        .find(|s| !s.is_empty() && s != "$user")
+}
+
 /// The answer to a session statement a PostgreSQL driver sends and floe has no use for:
-/// `SET` of a PostgreSQL setting (accepted, no effect), `SHOW` of one, `SET TRANSACTION`.
-/// `None`: the statement is floe's to run.
-pub fn session_answer(stmt: &Statement) -> Option<Output> {
+/// `SET` of a PostgreSQL setting (accepted, no effect), `SHOW` of one (`search_path` is the
+/// current schema), `SET TRANSACTION`. `None`: the statement is floe's to run.
+pub fn session_answer(stmt: &Statement, cx: &Context) -> Option<Output> {
     let Statement::DataFusion(s) = stmt else {
         return None;
     };
@@ -120,6 +151,7 @@ pub fn session_answer(stmt: &Statement) -> Option<Output> {
             let name = words.join(" ");
             let (column, value) = match name.as_str() {
                 "transaction isolation level" => ("transaction_isolation", "read committed"),
+                "search_path" => ("search_path", cx.schema.as_str()),
                 _ => (
                     PG_SETTINGS
                         .iter()
@@ -783,17 +815,25 @@ mod tests {
 
     #[test]
     fn driver_settings_are_answered() {
-        let set = parse_sql("SET extra_float_digits = 3")
-            .expect("parses")
-            .remove(0);
-        assert!(matches!(session_answer(&set), Some(Output::Done(t)) if t == "SET"));
-        let show = parse_sql("SHOW TRANSACTION ISOLATION LEVEL")
-            .expect("parses")
-            .remove(0);
-        assert_eq!(session_answer(&show).map(|o| o.row_count()), Some(1));
-        let floe = parse_sql("SET 'checkpoint.interval' = '1s'")
-            .expect("parses")
-            .remove(0);
-        assert!(session_answer(&floe).is_none());
+        let cx = Context {
+            home: "datafusion".into(),
+            database: "lake".into(),
+            schema: "shop".into(),
+            user: "floe".into(),
+        };
+        let parsed = |sql: &str| parse_sql(sql).expect("parses").remove(0);
+        let set = parsed("SET extra_float_digits = 3");
+        assert!(matches!(session_answer(&set, &cx), Some(Output::Done(t)) if t == "SET"));
+        let show = parsed("SHOW TRANSACTION ISOLATION LEVEL");
+        assert_eq!(session_answer(&show, &cx).map(|o| o.row_count()), Some(1));
+        let floe = parsed("SET 'checkpoint.interval' = '1s'");
+        assert!(session_answer(&floe, &cx).is_none());
+        for (sql, schema) in [
+            ("SET search_path TO shop, public", Some("shop")),
+            ("SET search_path = '\"$user\", hr'", Some("hr")),
+            ("SET extra_float_digits = 3", None),
+        ] {
+            assert_eq!(search_path(&parsed(sql)).as_deref(), schema, "{sql}");
+        }
     }
 }

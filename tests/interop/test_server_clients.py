@@ -38,12 +38,13 @@ def shop(floe_bin: Path, tmp_path: Path, lake: SqlLake):
         s.kill()
 
 
-def psql(server: FloeServer, database: str, *args: str) -> subprocess.CompletedProcess:
+def psql(server: FloeServer, database: str, *args: str,
+         input: str | None = None) -> subprocess.CompletedProcess:
     """psql on `database` (a floe catalog), unaligned output; errors stop it."""
     return subprocess.run(
         ["psql", "-X", "-w", "-A", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p",
          str(server.port), "-U", "floe", database, *args],
-        capture_output=True, text=True, timeout=120,
+        input=input, capture_output=True, text=True, timeout=120,
         env={**os.environ, "PGCONNECT_TIMEOUT": "10"},
     )
 
@@ -81,6 +82,12 @@ def test_psql_meta_commands_list_catalogs_schemas_tables_and_columns(shop: FloeS
     out = psql(shop, "lake", "-c", "SELECT current_database(), count(*) FROM shop.orders")
     assert out.returncode == 0, out.stderr
     assert "lake|2" in out.stdout, out.stdout
+    # The search path's first schema is where unqualified names resolve.
+    out = psql(shop, "lake", "-f", "-", input="SET search_path TO shop, public;\n"
+               "SELECT count(*) AS n FROM orders;\nSHOW search_path;\n")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["SET", "n", "2", "(1 row)", "search_path", "shop",
+                                       "(1 row)"], out.stdout
 
 
 def test_psycopg_reads_pg_catalog_like_a_postgresql_server(shop: FloeServer):
