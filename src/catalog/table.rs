@@ -87,7 +87,16 @@ impl TableProvider for LakeTable {
                 .scan(state, projection, filters, limit)
                 .await;
         }
-        self.reader.scan(state, projection, filters, limit).await
+        let partitions = state.config_options().execution.target_partitions;
+        super::split_scan::plan(
+            &self.table,
+            &self.reader.schema(),
+            projection,
+            filters,
+            limit,
+            partitions,
+        )
+        .await
     }
 
     fn supports_filters_pushdown(

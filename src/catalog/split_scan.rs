@@ -1,0 +1,272 @@
+//! Scans of a lake table split across cores: the files a query reads, after the partition and
+//! column-bound pruning of its filters, in as many groups as DataFusion has target
+//! partitions, balanced by bytes; each group is read by iceberg-rust's reader (deletes
+//! applied, row groups pruned by the filters) as a partition of its own.
+//!
+//! ```text
+//! filters -> plan files (pruned) -> N groups by size -> partition i: read group i -> ...
+//! EXPLAIN: LakeScan: table=ns.t, files=12 of 96, groups=2, projection=[..], predicate=[..]
+//! ```
+//! iceberg-datafusion's scan reads every file in one partition, so a query over a large
+//! table ran on one core however many it had.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{RecordBatch, RecordBatchOptions};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::error::{DataFusionError, Result as DFResult};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::Expr;
+use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
+use futures::{StreamExt, TryStreamExt};
+use iceberg::expr::Predicate;
+use iceberg::scan::FileScanTask;
+use iceberg::table::Table;
+
+use crate::error::Error;
+
+/// Plan the scan of `table` (its current snapshot) for `projection` of `schema` (the table's
+/// Arrow schema) and `filters`, in at most `partitions` groups of files.
+pub async fn plan(
+    table: &Table,
+    schema: &SchemaRef,
+    projection: Option<&Vec<usize>>,
+    filters: &[Expr],
+    limit: Option<usize>,
+    partitions: usize,
+) -> DFResult<Arc<dyn ExecutionPlan>> {
+    let all: Vec<usize> = (0..schema.fields().len()).collect();
+    let wanted = projection.unwrap_or(&all);
+    let projected = Arc::new(schema.project(wanted)?);
+    // A query that reads no column (count(*)) still reads one, for the row counts.
+    let read: Vec<String> = match wanted.first() {
+        Some(_) => wanted
+            .iter()
+            .map(|&i| schema.field(i).name().clone())
+            .collect(),
+        None => schema
+            .fields()
+            .first()
+            .map(|f| vec![f.name().clone()])
+            .unwrap_or_default(),
+    };
+    let predicate = iceberg_datafusion::physical_plan::convert_filters_to_predicate(filters);
+    let build = |predicate: Option<&Predicate>| {
+        let mut scan = table.scan().select(read.clone());
+        if let Some(p) = predicate {
+            scan = scan.with_filter(p.clone());
+        }
+        scan.build()
+    };
+    // A filter iceberg-rust cannot bind prunes nothing; DataFusion applies every filter.
+    let (scan, predicate) = match build(predicate.as_ref()) {
+        Ok(scan) => (scan, predicate),
+        Err(_) => (build(None).map_err(Error::from)?, None),
+    };
+    let tasks: Vec<FileScanTask> = scan
+        .plan_files()
+        .await
+        .map_err(Error::from)?
+        .try_collect()
+        .await
+        .map_err(Error::from)?;
+    let total = table
+        .metadata()
+        .current_snapshot()
+        .and_then(|s| {
+            s.summary()
+                .additional_properties
+                .get("total-data-files")
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(tasks.len());
+    let groups = balanced(tasks, partitions.max(1), |t| t.length);
+    Ok(Arc::new(LakeScanExec::new(
+        table.clone(),
+        projected,
+        groups,
+        total,
+        predicate,
+        limit,
+    )))
+}
+
+/// `items` in at most `n` groups of about equal `size` (largest first, each to the lightest
+/// group so far); one group when there are none.
+fn balanced<T>(mut items: Vec<T>, n: usize, size: impl Fn(&T) -> u64) -> Vec<Vec<T>> {
+    items.sort_by_key(|t| std::cmp::Reverse(size(t)));
+    let mut groups: Vec<(u64, Vec<T>)> = (0..n.min(items.len()).max(1))
+        .map(|_| (0, Vec::new()))
+        .collect();
+    for item in items {
+        if let Some(lightest) = groups.iter_mut().min_by_key(|g| g.0) {
+            lightest.0 += size(&item);
+            lightest.1.push(item);
+        }
+    }
+    groups.into_iter().map(|g| g.1).collect()
+}
+
+/// The scan: one partition per group of files.
+#[derive(Debug)]
+pub struct LakeScanExec {
+    table: Table,
+    schema: SchemaRef,
+    groups: Vec<Vec<FileScanTask>>,
+    /// The table's data files, pruned or not.
+    total_files: usize,
+    predicate: Option<Predicate>,
+    limit: Option<usize>,
+    properties: Arc<PlanProperties>,
+}
+
+impl LakeScanExec {
+    fn new(
+        table: Table,
+        schema: SchemaRef,
+        groups: Vec<Vec<FileScanTask>>,
+        total_files: usize,
+        predicate: Option<Predicate>,
+        limit: Option<usize>,
+    ) -> Self {
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(groups.len()),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Self {
+            table,
+            schema,
+            groups,
+            total_files,
+            predicate,
+            limit,
+            properties,
+        }
+    }
+}
+
+impl DisplayAs for LakeScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let files: usize = self.groups.iter().map(Vec::len).sum();
+        let columns: Vec<&str> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        write!(
+            f,
+            "LakeScan: table={}, files={files} of {}, groups={}, projection=[{}]",
+            self.table.identifier(),
+            self.total_files,
+            self.groups.len(),
+            columns.join(",")
+        )?;
+        if let Some(p) = &self.predicate {
+            write!(f, ", predicate=[{p}]")?;
+        }
+        if let Some(n) = self.limit {
+            write!(f, ", limit={n}")?;
+        }
+        Ok(())
+    }
+}
+
+impl ExecutionPlan for LakeScanExec {
+    fn name(&self) -> &str {
+        "LakeScanExec"
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        Vec::new()
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> DFResult<SendableRecordBatchStream> {
+        let tasks = self.groups.get(partition).cloned().ok_or_else(|| {
+            DataFusionError::Internal(format!("LakeScanExec has no partition {partition}"))
+        })?;
+        let schema = self.schema.clone();
+        let reader = self.table.reader_builder().build();
+        let batches = reader
+            .read(Box::pin(futures::stream::iter(tasks.into_iter().map(Ok))))
+            .map_err(|e| DataFusionError::from(Error::from(e)))?
+            .stream();
+        let conform = schema.clone();
+        let mut rows = batches
+            .map_err(|e| DataFusionError::from(Error::from(e)))
+            .and_then(move |batch| {
+                // The declared schema (no columns when the query reads none), its values.
+                let columns = if conform.fields().is_empty() {
+                    Vec::new()
+                } else {
+                    batch.columns().to_vec()
+                };
+                let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+                futures::future::ready(
+                    RecordBatch::try_new_with_options(conform.clone(), columns, &options)
+                        .map_err(DataFusionError::from),
+                )
+            })
+            .boxed();
+        if let Some(limit) = self.limit {
+            // Each partition stops at the limit; DataFusion's own limit takes the rest.
+            let mut seen = 0;
+            rows = rows
+                .try_take_while(move |b| {
+                    let more = seen < limit;
+                    seen += b.num_rows();
+                    futures::future::ready(Ok(more))
+                })
+                .boxed();
+        }
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, rows)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_are_balanced_by_bytes_and_never_empty() {
+        let sizes =
+            |groups: &[Vec<u64>]| -> Vec<u64> { groups.iter().map(|g| g.iter().sum()).collect() };
+        let groups = balanced(vec![10, 1, 9, 2, 8, 3], 2, |s| *s);
+        assert_eq!(groups.len(), 2);
+        assert_eq!(sizes(&groups), vec![16, 17]);
+        // Fewer files than partitions: one group each; none: one empty group.
+        assert_eq!(balanced(vec![5, 7], 4, |s| *s).len(), 2);
+        assert_eq!(
+            balanced(Vec::<u64>::new(), 4, |s| *s),
+            vec![Vec::<u64>::new()]
+        );
+    }
+}
