@@ -33,7 +33,7 @@ use std::ops::ControlFlow;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{
     BinaryOperator, CastKind, DataType as SqlType, Expr, Function, FunctionArg, FunctionArgExpr,
-    FunctionArguments, GroupByExpr, Ident, JoinOperator, ObjectName, ObjectNamePart, Query,
+    FunctionArguments, GroupByExpr, Ident, JoinOperator, ObjectName, ObjectNamePart, Query, Select,
     SelectItem, SelectItemQualifiedWildcardKind, Set, SetExpr, Statement as SQLStatement,
     TableFactor, Value, Visit, Visitor, VisitorMut,
 };
@@ -358,14 +358,30 @@ fn reads_nothing(query: &Query) -> bool {
 /// Whether a SELECT returns no rows as [`reads_nothing`] says; a set operation, whether
 /// both sides do.
 fn selects_nothing(body: &SetExpr) -> bool {
-    let select = match body {
-        SetExpr::Select(select) => select,
+    match body {
+        SetExpr::Select(select) => select_reads_nothing(select),
         SetExpr::SetOperation { left, right, .. } => {
-            return selects_nothing(left) && selects_nothing(right);
+            selects_nothing(left) && selects_nothing(right)
         }
-        SetExpr::Query(q) => return reads_nothing(q),
-        _ => return false,
-    };
+        SetExpr::Query(q) => reads_nothing(q),
+        _ => false,
+    }
+}
+
+/// Apply `f` to each SELECT of `body` (both sides of a set operation).
+fn each_select(body: &mut SetExpr, f: &mut impl FnMut(&mut Select)) {
+    match body {
+        SetExpr::Select(select) => f(select),
+        SetExpr::SetOperation { left, right, .. } => {
+            each_select(left, f);
+            each_select(right, f);
+        }
+        _ => {}
+    }
+}
+
+/// [`selects_nothing`] of one SELECT.
+fn select_reads_nothing(select: &Select) -> bool {
     // unnest(c.reloptions): an array floe never fills.
     let null_array = |e: &Expr| match e {
         Expr::CompoundIdentifier(p) => p.last().is_some_and(|i| is_null_array_column(&i.value)),
@@ -496,16 +512,7 @@ fn aggregated(query: &mut Query) {
 
 /// `SELECT n.oid, n.* FROM pg_namespace n`: a system table's column named beside its
 /// wildcard is taken out (the wildcard has it; DataFusion refuses two columns of one name).
-fn unshadowed(body: &mut SetExpr) {
-    let select = match body {
-        SetExpr::Select(select) => select,
-        SetExpr::SetOperation { left, right, .. } => {
-            unshadowed(left);
-            unshadowed(right);
-            return;
-        }
-        _ => return,
-    };
+fn unshadowed(select: &mut Select) {
     // What each name in FROM stands for, when it is a system table.
     let mut system = std::collections::HashMap::new();
     for t in &select.from {
@@ -545,17 +552,10 @@ fn unshadowed(body: &mut SetExpr) {
 
 /// A query over a table that never has rows, its columns and filter made plain: nothing
 /// of them is ever evaluated, and what PostgreSQL allows there DataFusion may not plan.
-fn emptied(body: &mut SetExpr) {
-    let nothing = selects_nothing(body);
-    let select = match body {
-        SetExpr::Select(select) if nothing => select,
-        SetExpr::SetOperation { left, right, .. } => {
-            emptied(left);
-            emptied(right);
-            return;
-        }
-        _ => return,
-    };
+fn emptied(select: &mut Select) {
+    if !select_reads_nothing(select) {
+        return;
+    }
     let mut taken = std::collections::HashSet::new();
     for (i, item) in select.projection.iter_mut().enumerate() {
         let mut alias = match item {
@@ -584,12 +584,12 @@ impl VisitorMut for Rewriter<'_> {
     type Break = ();
 
     fn post_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
-        unshadowed(&mut query.body);
+        each_select(&mut query.body, &mut unshadowed);
         if reads_nothing(query) {
             // No rows to order; the order may name columns `emptied` made NULL.
             query.order_by = None;
         }
-        emptied(&mut query.body);
+        each_select(&mut query.body, &mut emptied);
         ControlFlow::Continue(())
     }
 
