@@ -6,8 +6,9 @@
 //! (filters prune files by partition and column bounds) and reads each one itself: the
 //! Parquet file as Arrow, only the columns the query reads, matched to the table's by name,
 //! nested fields too, with NULL for what the file predates (the same conversion the sink uses
-//! to write), position deletes and deletion vectors applied. The reading itself is
-//! `lake::read`'s, which compaction and `DELETE` share.
+//! to write), position deletes and deletion vectors applied; the files split across cores as
+//! `split_scan` splits them. The reading itself is `lake::read`'s, which compaction and
+//! `DELETE` share.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -19,13 +20,13 @@ use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::Result as DFResult;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::physical_plan::streaming::StreamingTableExec;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use futures::{StreamExt, TryStreamExt};
 use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::spec::SchemaRef as IcebergSchemaRef;
 use iceberg::table::Table;
 
-use super::positioned::{Files, columns_read};
+use super::positioned::{Files, ReadFn, columns_read};
 use crate::error::{Error, Result};
 use crate::lake::read;
 
@@ -73,7 +74,7 @@ impl TableProvider for FileByFile {
 
     async fn scan(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
         limit: Option<usize>,
@@ -94,28 +95,37 @@ impl TableProvider for FileByFile {
             .filter_map(|i| columns.binary_search(i).ok())
             .collect();
         let iceberg = self.iceberg.clone();
-        let files = Arc::new(Files {
-            table: self.table.clone(),
-            schema: schema.clone(),
-            tasks,
-            columns: Some(names),
-            read: Box::new(move |table, tasks, columns| {
-                let names = columns.unwrap_or_default();
-                let rows = read::positioned_in(table, &iceberg, tasks, Some(names))?;
-                // The file and position columns come last: drop them.
-                let keep: Vec<usize> = (0..names.len()).collect();
-                Ok(rows
-                    .and_then(move |b| {
-                        futures::future::ready(
-                            b.project(&keep)
-                                .map_err(|e| Error::Internal(format!("scanning: {e}"))),
-                        )
-                    })
-                    .boxed())
-            }),
+        let read: ReadFn = Arc::new(move |table, tasks, columns| {
+            let names = columns.unwrap_or_default();
+            let rows = read::positioned_in(table, &iceberg, tasks, Some(names))?;
+            // The file and position columns come last: drop them.
+            let keep: Vec<usize> = (0..names.len()).collect();
+            Ok(rows
+                .and_then(move |b| {
+                    futures::future::ready(
+                        b.project(&keep)
+                            .map_err(|e| Error::Internal(format!("scanning: {e}"))),
+                    )
+                })
+                .boxed())
         });
+        // Split across cores as other lake scans are (see `split_scan`).
+        let partitions = state.config_options().execution.target_partitions;
+        let groups: Vec<Arc<dyn PartitionStream>> =
+            super::split_scan::balanced(tasks, partitions.max(1), |t| t.length)
+                .into_iter()
+                .map(|tasks| {
+                    Arc::new(Files {
+                        table: self.table.clone(),
+                        schema: schema.clone(),
+                        tasks,
+                        columns: Some(names.clone()),
+                        read: read.clone(),
+                    }) as Arc<dyn PartitionStream>
+                })
+                .collect();
         let exec =
-            StreamingTableExec::try_new(schema, vec![files], Some(&projection), [], false, limit)?;
+            StreamingTableExec::try_new(schema, groups, Some(&projection), [], false, limit)?;
         Ok(Arc::new(exec))
     }
 

@@ -146,7 +146,7 @@ impl TableProvider for PositionedTable {
             schema: schema.clone(),
             tasks,
             columns: Some(names),
-            read: Box::new(read::positioned_columns),
+            read: Arc::new(read::positioned_columns),
         });
         let exec =
             StreamingTableExec::try_new(schema, vec![files], Some(&projection), [], false, limit)?;
@@ -184,7 +184,7 @@ pub(super) fn columns_read(
 
 /// How a scan reads its files (only the columns named, when named): `lake::read`'s
 /// `positioned_columns`, or the rows alone in a snapshot's schema.
-pub(super) type ReadFn = Box<
+pub(super) type ReadFn = Arc<
     dyn Fn(
             &Table,
             Vec<FileScanTask>,
@@ -194,8 +194,8 @@ pub(super) type ReadFn = Box<
         + Sync,
 >;
 
-/// The files of one scan, read one after the other by `read`, in `schema` (the one the
-/// provider states).
+/// The files of one scan (or of one of its partitions), read one after the other by
+/// `read`, in `schema` (the one the provider states).
 pub(super) struct Files {
     pub(super) table: Table,
     pub(super) schema: SchemaRef,

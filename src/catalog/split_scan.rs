@@ -100,7 +100,7 @@ pub async fn plan(
 
 /// `items` in at most `n` groups of about equal `size` (largest first, each to the lightest
 /// group so far); one group when there are none.
-fn balanced<T>(mut items: Vec<T>, n: usize, size: impl Fn(&T) -> u64) -> Vec<Vec<T>> {
+pub(super) fn balanced<T>(mut items: Vec<T>, n: usize, size: impl Fn(&T) -> u64) -> Vec<Vec<T>> {
     items.sort_by_key(|t| std::cmp::Reverse(size(t)));
     let mut groups: Vec<(u64, Vec<T>)> = (0..n.min(items.len()).max(1))
         .map(|_| (0, Vec::new()))
