@@ -22,7 +22,6 @@ use datafusion::datasource::TableProvider;
 use datafusion::error::{DataFusionError, Result as DFResult};
 use iceberg::table::Table;
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableIdent};
-use iceberg_datafusion::IcebergStaticTableProvider;
 
 use super::metadata::{MetadataTable, metadata_table};
 use super::table::LakeTable;
@@ -229,9 +228,7 @@ impl LakeSchemaProvider {
             let provider = super::evolved_scan::FileByFile::try_new(table, Some(id))?;
             return Ok(Arc::new(provider));
         }
-        let provider = IcebergStaticTableProvider::try_new_from_table_snapshot(table, id)
-            .await
-            .map_err(|e| DataFusionError::from(Error::from(e)))?;
+        let provider = LakeTable::at_snapshot(table, self.catalog.clone(), id).await?;
         Ok(Arc::new(provider))
     }
 }

@@ -32,10 +32,12 @@ use iceberg::table::Table;
 
 use crate::error::Error;
 
-/// Plan the scan of `table` (its current snapshot) for `projection` of `schema` (the table's
-/// Arrow schema) and `filters`, in at most `partitions` groups of files.
+/// Plan the scan of `table` (at `snapshot`, else its current one) for `projection` of
+/// `schema` (the table's Arrow schema then) and `filters`, in at most `partitions` groups
+/// of files.
 pub async fn plan(
     table: &Table,
+    snapshot: Option<i64>,
     schema: &SchemaRef,
     projection: Option<&Vec<usize>>,
     filters: &[Expr],
@@ -60,6 +62,9 @@ pub async fn plan(
     let predicate = iceberg_datafusion::physical_plan::convert_filters_to_predicate(filters);
     let build = |predicate: Option<&Predicate>| {
         let mut scan = table.scan().select(read.clone());
+        if let Some(id) = snapshot {
+            scan = scan.snapshot_id(id);
+        }
         if let Some(p) = predicate {
             scan = scan.with_filter(p.clone());
         }
@@ -77,9 +82,9 @@ pub async fn plan(
         .try_collect()
         .await
         .map_err(Error::from)?;
-    let total = table
-        .metadata()
-        .current_snapshot()
+    let md = table.metadata();
+    let total = snapshot
+        .map_or_else(|| md.current_snapshot(), |id| md.snapshot_by_id(id))
         .and_then(|s| {
             s.summary()
                 .additional_properties

@@ -35,6 +35,8 @@ pub struct LakeTable {
     /// Whether iceberg-rust cannot read it (scans then read file by file, see
     /// [`super::evolved_scan`]).
     own_reader: bool,
+    /// The snapshot a query travels to (read-only), or the current one.
+    snapshot: Option<i64>,
 }
 
 impl LakeTable {
@@ -47,6 +49,25 @@ impl LakeTable {
             catalog,
             reader: Arc::new(reader),
             own_reader,
+            snapshot: None,
+        })
+    }
+
+    /// The table as it was at snapshot `id` (time travel), for reading only; iceberg-rust
+    /// reads it (a snapshot floe must read itself is `evolved_scan::FileByFile`'s).
+    pub async fn at_snapshot(
+        table: Table,
+        catalog: Arc<dyn Catalog>,
+        id: i64,
+    ) -> Result<Self, Error> {
+        let reader =
+            IcebergStaticTableProvider::try_new_from_table_snapshot(table.clone(), id).await?;
+        Ok(Self {
+            table,
+            catalog,
+            reader: Arc::new(reader),
+            own_reader: false,
+            snapshot: Some(id),
         })
     }
 
@@ -90,6 +111,7 @@ impl TableProvider for LakeTable {
         let partitions = state.config_options().execution.target_partitions;
         super::split_scan::plan(
             &self.table,
+            self.snapshot,
             &self.reader.schema(),
             projection,
             filters,
@@ -116,6 +138,13 @@ impl TableProvider for LakeTable {
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        if let Some(id) = self.snapshot {
+            return Err(Error::Unsupported(format!(
+                "INSERT into {} as of snapshot {id}: a table's past is read-only",
+                self.table.identifier()
+            ))
+            .into());
+        }
         if insert_op != InsertOp::Append {
             return Err(Error::Unsupported(format!(
                 "INSERT {insert_op} into an Iceberg table; floe appends (INSERT INTO)"
