@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, SchemaProvider};
-use datafusion::datasource::TableProvider;
+use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::{DataFusionError, Result as DFResult};
 use iceberg::table::Table;
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableIdent};
@@ -204,6 +204,18 @@ impl SchemaProvider for LakeSchemaProvider {
     fn table_exist(&self, name: &str) -> bool {
         let ident = TableIdent::new(self.namespace.clone(), name.to_string());
         block_on(self.catalog.table_exists(&ident)).unwrap_or(false)
+    }
+
+    /// Every table of an Iceberg catalog is a base table: known without loading it (the
+    /// default loads the table's metadata; `information_schema.tables` and `pg_class` ask
+    /// this of every table). Existence is asked of the catalog, not of the table's metadata.
+    async fn table_type(&self, name: &str) -> DFResult<Option<TableType>> {
+        let ident = TableIdent::new(self.namespace.clone(), name.to_string());
+        match self.catalog.table_exists(&ident).await {
+            Ok(true) => Ok(Some(TableType::Base)),
+            Ok(false) => Ok(None),
+            Err(e) => Err(Error::from(e).into()),
+        }
     }
 }
 

@@ -30,7 +30,7 @@ use datafusion::catalog::{SchemaProvider, Session as DataFusionSession, TablePro
 use datafusion::datasource::{MemTable, TableType};
 use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::session_state::SessionState;
-use datafusion::logical_expr::Expr;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::sql::sqlparser::keywords::ALL_KEYWORDS;
 use pgwire::api::Type;
@@ -144,6 +144,14 @@ impl TableProvider for PgTable {
         TableType::View
     }
 
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DFResult<Vec<TableProviderFilterPushDown>> {
+        // Seen by the scan (see `relation_filter`); DataFusion still applies them all.
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
     async fn scan(
         &self,
         state: &dyn DataFusionSession,
@@ -155,13 +163,66 @@ impl TableProvider for PgTable {
             .as_any()
             .downcast_ref::<SessionState>()
             .ok_or_else(|| DataFusionError::Internal("pg_catalog needs a SessionState".into()))?;
-        let columns = self.table.rows == Rows::Attributes;
+        // pg_attribute loads the tables whose columns it shows: only the one a filter names
+        // (`attrelid = 16384`, as psql and DBeaver ask), else all.
+        let columns = match self.table.rows {
+            Rows::Attributes => Columns::Of(relation_filter(filters, "attrelid")),
+            _ => Columns::None,
+        };
         let objects = Objects::list(state, &self.user, columns).await?;
         let batch = self.rows(&objects)?;
         MemTable::try_new(self.schema.clone(), vec![vec![batch]])?
             .scan(state, projection, filters, limit)
             .await
     }
+}
+
+/// Which relations' columns a scan needs.
+#[derive(Clone, Copy)]
+enum Columns {
+    None,
+    /// Of the relation with this oid, or of all.
+    Of(Option<i64>),
+}
+
+/// The oid `filters` compare `column` with (`attrelid = 16384`, or `= '16384'` as psql
+/// writes it), if one does.
+fn relation_filter(filters: &[Expr], column: &str) -> Option<i64> {
+    use datafusion::logical_expr::{BinaryExpr, Operator};
+    use datafusion::scalar::ScalarValue;
+    let strip = |e: &Expr| -> Expr {
+        match e {
+            Expr::Cast(c) => (*c.expr).clone(),
+            Expr::TryCast(c) => (*c.expr).clone(),
+            other => other.clone(),
+        }
+    };
+    filters.iter().find_map(|f| {
+        let Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Eq,
+            right,
+        }) = f
+        else {
+            return None;
+        };
+        let (l, r) = (strip(left), strip(right));
+        let (col, value) = match (&l, &r) {
+            (Expr::Column(c), Expr::Literal(v, _)) | (Expr::Literal(v, _), Expr::Column(c)) => {
+                (c, v)
+            }
+            _ => return None,
+        };
+        if col.name != column {
+            return None;
+        }
+        match value {
+            ScalarValue::Int64(Some(n)) => Some(*n),
+            ScalarValue::Int32(Some(n)) => Some(i64::from(*n)),
+            ScalarValue::Utf8(Some(s)) | ScalarValue::Utf8View(Some(s)) => s.parse().ok(),
+            _ => None,
+        }
+    })
 }
 
 /// What the current catalog holds, as PostgreSQL numbers it.
@@ -184,7 +245,7 @@ struct Relation {
 }
 
 impl Objects {
-    async fn list(state: &SessionState, user: &str, with_columns: bool) -> DFResult<Objects> {
+    async fn list(state: &SessionState, user: &str, columns: Columns) -> DFResult<Objects> {
         let database = state.config_options().catalog.default_catalog.clone();
         let list = state.catalog_list().clone();
         let databases = list.catalog_names();
@@ -232,26 +293,21 @@ impl Objects {
                 } else {
                     oid_of(&full)
                 };
-                let (kind, columns) = if with_columns || namespace != PG_CATALOG {
-                    match schema.table(&name).await {
-                        Ok(Some(t)) => (
-                            if t.table_type() == TableType::View && namespace != PG_CATALOG {
-                                "v"
-                            } else {
-                                "r"
-                            },
-                            if with_columns {
-                                columns_of(&t.schema())
-                            } else {
-                                Vec::new()
-                            },
-                        ),
-                        // A table another writer dropped meanwhile, or one that no longer
-                        // loads: not listed.
-                        _ => continue,
+                let kind = match schema.table_type(&name).await {
+                    Ok(Some(TableType::View)) if namespace != PG_CATALOG => "v",
+                    Ok(Some(_)) => "r",
+                    // A table another writer dropped meanwhile, or one the catalog cannot
+                    // answer for: not listed.
+                    _ => continue,
+                };
+                let columns = match columns {
+                    Columns::Of(only) if only.is_none_or(|o| o == oid) => {
+                        match schema.table(&name).await {
+                            Ok(Some(t)) => columns_of(&t.schema()),
+                            _ => continue,
+                        }
                     }
-                } else {
-                    ("r", Vec::new())
+                    _ => Vec::new(),
                 };
                 relations.push(Relation {
                     oid,
@@ -653,6 +709,19 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{}: {e}", table.name));
             assert_eq!(batch.num_columns(), table.columns.len(), "{}", table.name);
         }
+    }
+
+    #[test]
+    fn the_relation_a_filter_names_is_found() {
+        use datafusion::prelude::{col, lit};
+        let by_number = col("attrelid").eq(lit(16384i64));
+        assert_eq!(relation_filter(&[by_number], "attrelid"), Some(16384));
+        let by_text = lit("16385").eq(col("attrelid"));
+        assert_eq!(relation_filter(&[by_text], "attrelid"), Some(16385));
+        let other = col("attnum").eq(lit(1i64));
+        assert_eq!(relation_filter(&[other], "attrelid"), None);
+        let range = col("attrelid").gt(lit(1i64));
+        assert_eq!(relation_filter(&[range], "attrelid"), None);
     }
 
     #[test]
