@@ -93,14 +93,15 @@ pub async fn plan(
         })
         .unwrap_or(tasks.len());
     let groups = balanced(tasks, partitions.max(1), |t| t.length);
-    Ok(Arc::new(LakeScanExec::new(
-        table.clone(),
-        projected,
+    Ok(Arc::new(LakeScanExec {
+        table: table.clone(),
+        properties: properties(&projected, groups.len()),
+        schema: projected,
         groups,
-        total,
+        total_files: total,
         predicate,
         limit,
-    )))
+    }))
 }
 
 /// `items` in at most `n` groups of about equal `size` (largest first, each to the lightest
@@ -132,31 +133,15 @@ pub struct LakeScanExec {
     properties: Arc<PlanProperties>,
 }
 
-impl LakeScanExec {
-    fn new(
-        table: Table,
-        schema: SchemaRef,
-        groups: Vec<Vec<FileScanTask>>,
-        total_files: usize,
-        predicate: Option<Predicate>,
-        limit: Option<usize>,
-    ) -> Self {
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(schema.clone()),
-            Partitioning::UnknownPartitioning(groups.len()),
-            EmissionType::Incremental,
-            Boundedness::Bounded,
-        ));
-        Self {
-            table,
-            schema,
-            groups,
-            total_files,
-            predicate,
-            limit,
-            properties,
-        }
-    }
+/// What DataFusion knows of a scan in `partitions` partitions of `schema`: bounded,
+/// emitted as read, in no order.
+fn properties(schema: &SchemaRef, partitions: usize) -> Arc<PlanProperties> {
+    Arc::new(PlanProperties::new(
+        EquivalenceProperties::new(schema.clone()),
+        Partitioning::UnknownPartitioning(partitions),
+        EmissionType::Incremental,
+        Boundedness::Bounded,
+    ))
 }
 
 impl DisplayAs for LakeScanExec {

@@ -128,46 +128,57 @@ pub fn functions(user: &str) -> Vec<ScalarUDF> {
             signature: Signature::variadic_any(Volatility::Stable),
         })
     };
-    let mut all = Vec::new();
-    for name in [
-        "pg_table_is_visible",
-        "pg_type_is_visible",
-        "pg_function_is_visible",
-        "has_table_privilege",
-        "has_schema_privilege",
-        "has_database_privilege",
-        "has_column_privilege",
-        "has_any_column_privilege",
-        "has_function_privilege",
-        "pg_has_role",
-    ] {
-        all.push(any(name, Answer::True));
-    }
-    for name in [
-        "pg_get_expr",
-        "obj_description",
-        "col_description",
-        "shobj_description",
-        "pg_get_constraintdef",
-        "pg_get_indexdef",
-        "pg_get_viewdef",
-        "pg_get_partkeydef",
-        "pg_get_triggerdef",
-        "pg_get_functiondef",
-        "pg_get_statisticsobjdef_columns",
-        "pg_tablespace_location",
-    ] {
-        all.push(any(name, Answer::NullText));
-    }
-    for name in [
-        "pg_total_relation_size",
-        "pg_relation_size",
-        "pg_table_size",
-        "pg_indexes_size",
-        "pg_database_size",
-    ] {
-        all.push(any(name, Answer::NullInt));
-    }
+    // Visibility and privileges: everything, to the one user. Comments, definitions and
+    // sizes: floe keeps none.
+    let answers: [(&[&'static str], Answer); 3] = [
+        (
+            &[
+                "pg_table_is_visible",
+                "pg_type_is_visible",
+                "pg_function_is_visible",
+                "has_table_privilege",
+                "has_schema_privilege",
+                "has_database_privilege",
+                "has_column_privilege",
+                "has_any_column_privilege",
+                "has_function_privilege",
+                "pg_has_role",
+            ],
+            Answer::True,
+        ),
+        (
+            &[
+                "pg_get_expr",
+                "obj_description",
+                "col_description",
+                "shobj_description",
+                "pg_get_constraintdef",
+                "pg_get_indexdef",
+                "pg_get_viewdef",
+                "pg_get_partkeydef",
+                "pg_get_triggerdef",
+                "pg_get_functiondef",
+                "pg_get_statisticsobjdef_columns",
+                "pg_tablespace_location",
+            ],
+            Answer::NullText,
+        ),
+        (
+            &[
+                "pg_total_relation_size",
+                "pg_relation_size",
+                "pg_table_size",
+                "pg_indexes_size",
+                "pg_database_size",
+            ],
+            Answer::NullInt,
+        ),
+    ];
+    let mut all: Vec<ScalarUDF> = answers
+        .into_iter()
+        .flat_map(|(names, answer)| names.iter().map(move |n| (*n, answer.clone())))
+        .map(|(name, answer)| any(name, answer))
+        .collect();
     all.push(any("pg_get_userbyid", Answer::Text(user.to_string())));
     all.push(any("pg_encoding_to_char", Answer::Text("UTF8".into())));
     all.push(any("format_type", Answer::FormatType));
