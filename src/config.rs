@@ -35,6 +35,12 @@ pub struct FloeOptions {
     /// `maintenance.*`: how the next continuous jobs maintain the tables they write (see
     /// `lake::maintenance::policy`), with their prefix.
     pub maintenance: BTreeMap<String, String>,
+    /// `window.allowed-lateness`: how long after its end a window waits for late records
+    /// before it is emitted; records later than that are dead letters.
+    pub allowed_lateness: Duration,
+    /// `source.idle-timeout`: a source without records for this long no longer holds the
+    /// job's watermark back (none: a source holds it until it ends).
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Default for FloeOptions {
@@ -45,6 +51,8 @@ impl Default for FloeOptions {
             state_dir: ".floe".to_string(),
             dml_sync: false,
             maintenance: BTreeMap::new(),
+            allowed_lateness: Duration::ZERO,
+            idle_timeout: None,
         }
     }
 }
@@ -53,6 +61,8 @@ const PIPELINE_NAME: &str = "pipeline.name";
 const CHECKPOINT_INTERVAL: &str = "checkpoint.interval";
 const STATE_DIR: &str = "state.dir";
 const DML_SYNC: &str = "table.dml-sync";
+const ALLOWED_LATENESS: &str = "window.allowed-lateness";
+const IDLE_TIMEOUT: &str = "source.idle-timeout";
 
 fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
@@ -112,6 +122,19 @@ impl ExtensionOptions for FloeOptions {
                     }
                 };
             }
+            ALLOWED_LATENESS => {
+                self.allowed_lateness = parse_duration(value).map_err(|e| {
+                    DataFusionError::Configuration(format!("floe.{ALLOWED_LATENESS}: {e}"))
+                })?;
+            }
+            IDLE_TIMEOUT => {
+                self.idle_timeout = match value.trim() {
+                    "" | "0" | "none" => None,
+                    v => Some(parse_duration(v).map_err(|e| {
+                        DataFusionError::Configuration(format!("floe.{IDLE_TIMEOUT}: {e}"))
+                    })?),
+                };
+            }
             other if other.starts_with(MAINTENANCE_PREFIX) => {
                 let mut next = self.maintenance.clone();
                 next.insert(other.to_string(), value.to_string());
@@ -122,8 +145,8 @@ impl ExtensionOptions for FloeOptions {
             other => {
                 return Err(DataFusionError::Configuration(format!(
                     "unknown setting 'floe.{other}'; floe's settings are floe.{PIPELINE_NAME}, \
-                     floe.{CHECKPOINT_INTERVAL}, floe.{STATE_DIR}, floe.{DML_SYNC} and \
-                     floe.{MAINTENANCE_PREFIX}*"
+                     floe.{CHECKPOINT_INTERVAL}, floe.{STATE_DIR}, floe.{DML_SYNC}, \
+                     floe.{ALLOWED_LATENESS}, floe.{IDLE_TIMEOUT} and floe.{MAINTENANCE_PREFIX}*"
                 )));
             }
         }
@@ -152,6 +175,17 @@ impl ExtensionOptions for FloeOptions {
                 key: format!("floe.{DML_SYNC}"),
                 value: Some(self.dml_sync.to_string()),
                 description: "Whether a continuous INSERT waits until its job ends.",
+            },
+            ConfigEntry {
+                key: format!("floe.{ALLOWED_LATENESS}"),
+                value: Some(format_duration(self.allowed_lateness)),
+                description: "How long after its end a window waits for late records.",
+            },
+            ConfigEntry {
+                key: format!("floe.{IDLE_TIMEOUT}"),
+                value: self.idle_timeout.map(format_duration),
+                description: "How long a source may send nothing before it no longer holds \
+                              the watermark back.",
             },
         ]
         .into_iter()

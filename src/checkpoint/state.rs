@@ -3,6 +3,7 @@
 //! ```text
 //! <state.dir>/<job>/checkpoint.json      the last complete checkpoint record
 //! <state.dir>/<job>/lock                 held (flock) by the process running the job
+//! <state.dir>/<job>/window-<n>.arrow     a windowed job's open windows at checkpoint n
 //! ```
 //!
 //! A record is written to a temporary file, synced, and renamed over the previous one, so a
@@ -15,6 +16,10 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::ipc::reader::FileReader;
+use datafusion::arrow::ipc::writer::FileWriter;
 use serde::{Deserialize, Serialize};
 
 use crate::connector::Offsets;
@@ -40,6 +45,18 @@ pub struct CheckpointRecord {
     /// Where the job's dead letters go: rows a commit must leave out go there too.
     #[serde(default)]
     pub dead_letters: Option<DeadLetterTarget>,
+    /// A windowed job's state at this checkpoint: its open windows and watermarks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowRecord>,
+}
+
+/// A windowed job's state at a checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WindowRecord {
+    /// The file (in the job's folder) holding the open windows' partial aggregates.
+    pub file: String,
+    /// Each source's watermark (microseconds since the epoch), once it had one.
+    pub watermarks: BTreeMap<String, i64>,
 }
 
 /// A job's dead-letter table, and the target its letters name.
@@ -131,6 +148,11 @@ impl StateStore {
     /// A store under `dir` (created on first write).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self { dir: dir.into() }
+    }
+
+    /// The folder the store keeps its jobs' folders in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     fn path(&self, job: &str) -> PathBuf {
@@ -236,6 +258,76 @@ impl StateStore {
     }
 }
 
+impl StateStore {
+    /// Write a windowed job's open windows for checkpoint `checkpoint` durably; returns the
+    /// file's name, for the record.
+    pub fn save_window(
+        &self,
+        job: &str,
+        checkpoint: u64,
+        schema: &SchemaRef,
+        batches: &[RecordBatch],
+    ) -> Result<String> {
+        let dir = self.dir.join(folder(job));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        let name = format!("window-{checkpoint}.arrow");
+        let path = dir.join(&name);
+        let tmp = dir.join(format!("{name}.tmp"));
+        let write = || -> std::result::Result<(), String> {
+            let file = std::fs::File::create(&tmp).map_err(|e| e.to_string())?;
+            let mut w = FileWriter::try_new(file, schema).map_err(|e| e.to_string())?;
+            for b in batches {
+                w.write(b).map_err(|e| e.to_string())?;
+            }
+            w.finish().map_err(|e| e.to_string())?;
+            w.get_ref().sync_all().map_err(|e| e.to_string())?;
+            std::fs::rename(&tmp, &path).map_err(|e| e.to_string())?;
+            std::fs::File::open(&dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| e.to_string())
+        };
+        write().map_err(|e| {
+            Error::io(
+                format!("writing {}", path.display()),
+                std::io::Error::other(e),
+            )
+        })?;
+        Ok(name)
+    }
+
+    /// A windowed job's open windows as saved by [`Self::save_window`].
+    pub fn load_window(&self, job: &str, file: &str) -> Result<Vec<RecordBatch>> {
+        let path = self.dir.join(folder(job)).join(file);
+        let f = std::fs::File::open(&path).map_err(|e| {
+            Error::Plan(format!(
+                "job '{job}' keeps its open windows in {}, which cannot be read ({e}): restore \
+                 the job's state folder, or give the job another 'pipeline.name'",
+                path.display()
+            ))
+        })?;
+        let reader = FileReader::try_new(f, None)
+            .map_err(|e| Error::Internal(format!("window state {}: {e}", path.display())))?;
+        reader
+            .map(|b| b.map_err(|e| Error::Internal(format!("window state {}: {e}", path.display()))))
+            .collect()
+    }
+
+    /// Remove a windowed job's state files other than `keep` (older checkpoints').
+    pub fn prune_windows(&self, job: &str, keep: &str) {
+        let dir = self.dir.join(folder(job));
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if name.starts_with("window-") && name != keep {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
 /// A running job's hold on its state folder (see [`StateStore::lock`]); released on drop.
 #[derive(Debug)]
 pub struct JobLock {
@@ -288,6 +380,7 @@ mod tests {
             tables: vec![],
             table_uuid: None,
             dead_letters: None,
+            window: None,
         };
         store.save(&r).unwrap();
         r.checkpoint = 2;
@@ -324,6 +417,7 @@ mod tests {
             tables: vec![],
             table_uuid: None,
             dead_letters: None,
+            window: None,
         };
         // Written by an older floe for 'a b' into the folder 'a_b' (also 'a_b''s old one).
         let legacy = dir.path().join("a_b");

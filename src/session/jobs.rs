@@ -62,6 +62,13 @@ impl Session {
         let committer = self.committer(&catalog_name);
         let md = lake.table().metadata();
         let keyed = md.current_schema().identifier_field_ids().next().is_some();
+        if !changes.is_empty() && query.window().is_some() {
+            return Err(Error::Plan(format!(
+                "source {} is a change stream (its records update and delete rows), and windows \
+                 aggregate appended records only: read an append-only source",
+                changes.join(", ")
+            )));
+        }
         if !changes.is_empty() && !keyed {
             return Err(Error::Plan(format!(
                 "source {} is a change stream (its records update and delete rows by key), \
@@ -186,6 +193,7 @@ impl Session {
             store: StateStore::new(&options.state_dir),
             status,
             maintenance,
+            idle_timeout: options.idle_timeout,
         })?;
         if !options.dml_sync {
             return Ok(Output::Started { job: name });

@@ -144,6 +144,7 @@ impl Session {
             .with_config(config)
             .with_catalog_list(catalog_list.clone())
             .with_default_features()
+            .with_relation_planners(vec![Arc::new(crate::sql::windows::WindowFunctions)])
             .build();
         let ctx = SessionContext::new_with_state(state);
         let jobs = Arc::new(Jobs::default());

@@ -4,6 +4,7 @@
 pub mod options;
 pub mod parser;
 pub mod statement;
+pub mod windows;
 
 pub use options::Options;
 pub use parser::{

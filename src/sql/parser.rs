@@ -343,6 +343,7 @@ fn parse_tokens(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
     if !marks.is_empty() {
         apply_time_travel(&mut stmt, marks)?;
     }
+    visit_queries_mut(&mut stmt, &mut super::windows::WindowRewriter);
     Ok(stmt)
 }
 
@@ -970,17 +971,22 @@ pub fn visit_sql_mut<V: VisitorMut>(stmt: &mut DFStatement, visitor: &mut V) {
     }
 }
 
-fn apply_time_travel(stmt: &mut Statement, marks: Vec<TimeTravelMark>) -> Result<()> {
-    let mut rewriter = TimeTravelRewriter { marks };
+/// Let `visitor` rewrite the SQL of a statement's queries.
+fn visit_queries_mut<V: VisitorMut>(stmt: &mut Statement, visitor: &mut V) {
     match stmt {
-        Statement::DataFusion(df) => visit_sql_mut(df, &mut rewriter),
+        Statement::DataFusion(df) => visit_sql_mut(df, visitor),
         Statement::CreateTable(ct) => {
             if let Some(q) = ct.query.as_mut() {
-                let _ = q.visit(&mut rewriter);
+                let _ = q.visit(visitor);
             }
         }
         _ => {}
     }
+}
+
+fn apply_time_travel(stmt: &mut Statement, marks: Vec<TimeTravelMark>) -> Result<()> {
+    let mut rewriter = TimeTravelRewriter { marks };
+    visit_queries_mut(stmt, &mut rewriter);
     if rewriter.marks.is_empty() {
         Ok(())
     } else {

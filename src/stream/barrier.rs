@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use iceberg::TableIdent;
 
 use super::job::Runner;
-use crate::checkpoint::{CheckpointRecord, commit_all};
+use crate::checkpoint::{CheckpointRecord, WindowRecord, commit_all};
 use crate::connector::Offsets;
 use crate::error::Result;
 use crate::failpoint;
@@ -70,6 +70,7 @@ impl Runner<'_> {
         if tables.is_empty() && offsets == self.committed_offsets {
             return Ok(());
         }
+        let window = self.save_window().await?;
         let record = CheckpointRecord {
             job: self.job.name.clone(),
             checkpoint: self.checkpoint + 1,
@@ -78,8 +79,13 @@ impl Runner<'_> {
             tables,
             table_uuid: Some(self.identity.clone()),
             dead_letters: Some(self.dead.target()),
+            window,
         };
         self.job.store.save(&record)?;
+        if let Some(w) = &record.window {
+            // The record names the new windows: the older ones are no longer needed.
+            self.job.store.prune_windows(&self.job.name, &w.file);
+        }
         failpoint::reach(failpoint::AFTER_RECORD);
         self.checkpoint = record.checkpoint;
         self.committed_offsets = offsets;
@@ -111,6 +117,31 @@ impl Runner<'_> {
             }
         }
         Ok(())
+    }
+
+    /// A windowed job's open windows and watermarks, saved for the next checkpoint.
+    async fn save_window(&mut self) -> Result<Option<WindowRecord>> {
+        let (Some(aggregate), Some(state)) = (self.job.query.window(), self.window.as_mut())
+        else {
+            return Ok(None);
+        };
+        aggregate.compact(state).await?;
+        let file = self.job.store.save_window(
+            &self.job.name,
+            self.checkpoint + 1,
+            &state
+                .batches()
+                .first()
+                .map_or_else(|| aggregate.state_schema(), |b| b.schema()),
+            state.batches(),
+        )?;
+        let watermarks = self
+            .readers
+            .iter()
+            .zip(&self.watermarks)
+            .filter_map(|((name, _, _), t)| Some((name.clone(), t.as_ref()?.current()?)))
+            .collect();
+        Ok(Some(WindowRecord { file, watermarks }))
     }
 
     /// Wait for the commits under way, if any, and make the committed tables the sinks'

@@ -19,11 +19,14 @@ use tokio::sync::watch;
 
 use super::barrier::Committing;
 use super::maintain::Maintainer;
+use super::aggregate::WindowState;
 use super::query::ContinuousQuery;
 use super::status::{JobState, JobStatus};
 use super::watermark::WatermarkTracker;
 use crate::checkpoint::resume::{mark_of, marks_in};
-use crate::checkpoint::{Mark, StateStore, TableMarks, commit_all, resume};
+use crate::checkpoint::{
+    CheckpointRecord, Mark, Resume, StateStore, TableMarks, commit_all, resume,
+};
 use crate::connector::{Offsets, Origins, Poll, SourceReader};
 use crate::error::{Error, Result};
 use crate::lake::Committer;
@@ -33,7 +36,7 @@ use crate::sink::dead_letter::{self, DeadLetter, DeadLetters, letters_of, row_js
 use crate::sink::route::{RouteOptions, RoutedSink};
 use crate::sink::table::TableTarget;
 use crate::sink::table_sink::TableSink;
-use crate::sink::{Outcome, RowOrigins, Sink};
+use crate::sink::{Outcome, Rejected, RowOrigins, Sink};
 use datafusion::arrow::array::{RecordBatch, UInt32Array};
 
 /// Rows asked of a source per poll.
@@ -90,6 +93,8 @@ pub struct Job {
     pub status: Arc<JobStatus>,
     /// How the job maintains the tables it writes, if it does.
     pub maintenance: Option<MaintenancePolicy>,
+    /// How long a source may send nothing before it no longer holds the watermark back.
+    pub idle_timeout: Option<Duration>,
 }
 
 pub(super) struct Runner<'a> {
@@ -97,6 +102,11 @@ pub(super) struct Runner<'a> {
     pub(super) readers: Vec<(String, Box<dyn SourceReader>, bool)>,
     /// Per reader, its source's watermark, if it declares one.
     pub(super) watermarks: Vec<Option<WatermarkTracker>>,
+    /// Per reader, when it last gave records (a source idle past the job's idle timeout
+    /// no longer holds the watermark back).
+    pub(super) last_records: Vec<Instant>,
+    /// A windowed job's open windows.
+    pub(super) window: Option<WindowState>,
     pub(super) data: Box<dyn Sink>,
     pub(super) dead: DeadLetters,
     /// What identifies the destination across restarts (see `start`).
@@ -228,15 +238,19 @@ impl Job {
                         })
                         .collect();
                     runner.dead_letter(letters).await?;
+                    runner.last_records[i] = Instant::now();
                     for (b, batch) in batches.into_iter().enumerate() {
-                        runner.observe_watermark(i, &batch).await?;
+                        let watermarks = runner.advance_watermark(i, &batch).await?;
                         let origin = origins.as_ref().map(|o| (o, b));
-                        runner.process(&source, batch, origin).await?;
+                        runner.process(&source, batch, origin, &watermarks).await?;
+                        runner.emit_windows().await?;
                     }
                     runner.update_lag();
                 }
                 Poll::Finished => runner.readers[i].2 = true,
                 Poll::Idle => {
+                    // A source idle past the timeout lets the watermark on.
+                    runner.emit_windows().await?;
                     let wait = next_checkpoint
                         .saturating_duration_since(Instant::now())
                         .min(Duration::from_millis(20));
@@ -247,6 +261,10 @@ impl Job {
                 }
             }
         };
+        if end == JobState::Finished {
+            // Every source ended: event time is over, every window closes.
+            runner.emit_windows().await?;
+        }
         runner.checkpoint(true).await?;
         if end == JobState::Finished
             && let Some(m) = &mut runner.maintainer
@@ -308,6 +326,16 @@ impl<'a> Runner<'a> {
             }
         };
         let start = resume(&job.name, record.as_ref(), &identity, &marks)?;
+        let window = match job.query.window() {
+            None => None,
+            Some(_) => Some(restore_window(
+                job,
+                record.as_ref(),
+                &start,
+                &readers,
+                &mut watermarks,
+            )?),
+        };
         let mut committed_offsets = BTreeMap::new();
         if let Some(sources) = &start.sources {
             for (name, reader, _) in &mut readers {
@@ -373,8 +401,10 @@ impl<'a> Runner<'a> {
         );
         Ok(Self {
             job,
+            last_records: vec![Instant::now(); readers.len()],
             readers,
             watermarks,
+            window,
             data,
             dead,
             identity,
@@ -407,23 +437,92 @@ impl<'a> Runner<'a> {
             .store(lag.unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
-    /// Advance reader `i`'s watermark past `batch`; the job's is the smallest of its sources'.
-    async fn observe_watermark(&mut self, i: usize, batch: &RecordBatch) -> Result<()> {
+    /// Advance reader `i`'s watermark past `batch`. Returns, for a windowed job, the job's
+    /// watermark before each of `batch`'s records (`i64::MIN` before any).
+    async fn advance_watermark(&mut self, i: usize, batch: &RecordBatch) -> Result<Vec<i64>> {
         let Some(tracker) = &mut self.watermarks[i] else {
-            return Ok(());
+            return Ok(Vec::new());
         };
-        tracker.observe(batch).await?;
-        let job = self
-            .watermarks
-            .iter()
-            .flatten()
-            .map(|t| t.current())
-            .collect::<Option<Vec<i64>>>()
-            .and_then(|w| w.into_iter().min());
-        if let Some(w) = job {
+        let own = tracker.advance(batch).await?;
+        if let Some(w) = self.watermark(None).filter(|w| *w != i64::MIN && *w != i64::MAX) {
             self.job.status.watermark.store(w, Ordering::Relaxed);
         }
-        Ok(())
+        if self.window.is_none() {
+            return Ok(Vec::new());
+        }
+        Ok(match self.watermark(Some(i)) {
+            None => own,
+            Some(others) => own.into_iter().map(|w| w.min(others)).collect(),
+        })
+    }
+
+    /// The job's watermark (microseconds), leaving out reader `except`: the smallest of the
+    /// sources that hold it back (`i64::MIN` while one of them has none yet). A source that
+    /// ended holds nothing back; nor does one idle past the idle timeout, unless all are (then
+    /// the largest of theirs). `None` when no source holds it back (`except` is the only one).
+    fn watermark(&self, except: Option<usize>) -> Option<i64> {
+        let idle = |i: usize| {
+            self.job
+                .idle_timeout
+                .is_some_and(|t| self.last_records[i].elapsed() >= t)
+        };
+        let value = |i: usize| {
+            self.watermarks[i]
+                .as_ref()
+                .and_then(WatermarkTracker::current)
+                .unwrap_or(i64::MIN)
+        };
+        let others: Vec<usize> = (0..self.readers.len())
+            .filter(|&i| Some(i) != except && self.watermarks[i].is_some() && !self.readers[i].2)
+            .collect();
+        if others.is_empty() {
+            return match except {
+                Some(_) => None,
+                None => Some(i64::MAX),
+            };
+        }
+        let active: Vec<usize> = others.iter().copied().filter(|&i| !idle(i)).collect();
+        if active.is_empty() {
+            return others.into_iter().map(value).max();
+        }
+        active.into_iter().map(value).min()
+    }
+
+    /// Emit the windows the job's watermark has closed.
+    pub(super) async fn emit_windows(&mut self) -> Result<()> {
+        let Some(watermark) = self.watermark(None) else {
+            return Ok(());
+        };
+        let (Some(aggregate), Some(state)) = (self.job.query.window(), self.window.as_mut())
+        else {
+            return Ok(());
+        };
+        let Some(rows) = aggregate.emit(state, watermark).await? else {
+            return Ok(());
+        };
+        let source = self.job.status.sources.join(", ");
+        // Rows a table takes whole or not at all are halved until the bad ones are found.
+        let mut pending = vec![rows];
+        let mut letters = Vec::new();
+        while let Some(part) = pending.pop() {
+            match self.data.write(&source, part.clone(), None).await {
+                Ok(outcome) => self.take(outcome).await?,
+                Err(e) if e.is_record() && part.num_rows() > 1 => {
+                    let half = part.num_rows() / 2;
+                    pending.push(part.slice(half, part.num_rows() - half));
+                    pending.push(part.slice(0, half));
+                }
+                Err(e) if e.is_record() => letters.push(DeadLetter {
+                    source: source.clone(),
+                    partition: None,
+                    offset: None,
+                    payload: row_json(&part),
+                    error: e.to_string(),
+                }),
+                Err(e) => return Err(e),
+            }
+        }
+        self.dead_letter(letters).await
     }
 
     /// Run the query on a batch and write its rows. Rows the query or the table rejects
@@ -435,6 +534,7 @@ impl<'a> Runner<'a> {
         source: &str,
         batch: RecordBatch,
         origin: Option<(&Arc<dyn Origins>, usize)>,
+        watermarks: &[i64],
     ) -> Result<()> {
         if batch.num_rows() == 0 {
             return Ok(());
@@ -453,7 +553,8 @@ impl<'a> Runner<'a> {
                 start,
                 inputs: None,
             });
-            match self.write_rows(source, part.clone(), rows).await {
+            let marks = watermarks.get(start..start + part.num_rows()).unwrap_or_default();
+            match self.write_rows(source, part.clone(), rows, marks).await {
                 Ok(()) => {}
                 Err(e) if e.is_record() && part.num_rows() > 1 => {
                     let half = part.num_rows() / 2;
@@ -493,11 +594,36 @@ impl<'a> Runner<'a> {
         source: &str,
         batch: RecordBatch,
         origins: Option<RowOrigins>,
+        watermarks: &[i64],
     ) -> Result<()> {
         let (batch, changes) = changes::split_changes(batch)?;
         let out = self.job.query.run(source, batch).await?;
         if out.rows.num_rows() == 0 {
             return Ok(());
+        }
+        if let (Some(aggregate), Some(state)) = (self.job.query.window(), self.window.as_mut()) {
+            // Each row's watermark is its record's.
+            let marks: Vec<i64> = match &out.inputs {
+                Some(inputs) => inputs
+                    .values()
+                    .iter()
+                    .map(|&r| watermarks.get(r as usize).copied().unwrap_or(i64::MIN))
+                    .collect(),
+                None => vec![watermarks.first().copied().unwrap_or(i64::MIN); out.rows.num_rows()],
+            };
+            let late = aggregate.absorb(state, out.rows.clone(), &marks).await?;
+            let origins = origins.zip(out.inputs).map(|(o, inputs)| o.through(inputs));
+            let rejected = late
+                .into_iter()
+                .map(|(row, reject)| Rejected {
+                    source: source.to_string(),
+                    rows: out.rows.slice(row, 1),
+                    reject,
+                    table: None,
+                    records: vec![origins.as_ref().and_then(|o| o.origin(row))],
+                })
+                .collect();
+            return self.take(Outcome { rows: 0, rejected }).await;
         }
         let rows = match &changes {
             Some(changes) => with_changes(out.rows, changes, out.inputs.as_ref())?,
@@ -539,4 +665,41 @@ fn with_changes(
         ));
     };
     changes::with_change_columns(&rows, &changes.take(inputs)?)
+}
+
+/// A windowed job's open windows where it resumes, and its sources' watermarks then: the
+/// record's, when the job resumes from it. A job resuming from its tables' marks (its record
+/// lost, or older than what the tables hold) would have lost the windows still open at that
+/// checkpoint: it fails, saying so, rather than emit incomplete windows.
+fn restore_window(
+    job: &Job,
+    record: Option<&CheckpointRecord>,
+    start: &Resume,
+    readers: &[(String, Box<dyn SourceReader>, bool)],
+    watermarks: &mut [Option<WatermarkTracker>],
+) -> Result<WindowState> {
+    let Some(offsets) = &start.sources else {
+        return Ok(WindowState::default());
+    };
+    let saved = record
+        .filter(|r| &r.sources == offsets)
+        .and_then(|r| r.window.as_ref());
+    let Some(saved) = saved else {
+        return Err(Error::Plan(format!(
+            "job '{}' aggregates windows, and its checkpoint record with the open windows is \
+             {} (state.dir {}): resuming from the offsets its tables carry would emit \
+             incomplete windows. Restore the job's state folder, or give the job another \
+             'pipeline.name' to start afresh",
+            job.name,
+            if record.is_some() { "older than its tables" } else { "missing" },
+            job.store.dir().display()
+        )));
+    };
+    let batches = job.store.load_window(&job.name, &saved.file)?;
+    for ((name, _, _), tracker) in readers.iter().zip(watermarks.iter_mut()) {
+        if let (Some(t), Some(w)) = (tracker, saved.watermarks.get(name)) {
+            t.restore(*w);
+        }
+    }
+    Ok(WindowState::from_batches(batches))
 }

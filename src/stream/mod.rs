@@ -1,6 +1,7 @@
 //! The continuous executor: sources polled into Arrow batches, the job's query planned once
 //! on DataFusion and run per batch, rows written to the target, checkpoints committed.
 
+pub mod aggregate;
 pub mod barrier;
 pub mod job;
 pub mod maintain;

@@ -1,9 +1,12 @@
 //! A continuous query: the `SELECT` of a continuous `INSERT`, planned once and run on each
 //! batch a source delivers.
 //!
-//! Only row-wise queries run continuously: projections, filters, scalar functions, `CAST`,
-//! `CASE`, and `UNION ALL` of sources. Anything that needs the whole stream (aggregates,
-//! joins, `ORDER BY`, `LIMIT`, windows, `DISTINCT`) is rejected when the job is submitted.
+//! A query runs row by row (projections, filters, scalar functions, `CAST`, `CASE`, and
+//! `UNION ALL` of sources), or aggregates windows of rows (`FROM TUMBLE(...)`/`HOP(...)` with
+//! `GROUP BY window_start, window_end, ...`, see [`super::aggregate`]): then the rows below
+//! the aggregate run per batch and the aggregate keeps its state across them. What else needs
+//! the whole stream (joins, `ORDER BY`, `LIMIT`, `DISTINCT`, aggregates without windows) is
+//! rejected when the job is submitted.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -21,6 +24,7 @@ use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::{Expr, LogicalPlan, Projection, TableScan};
 use datafusion::physical_plan::{ExecutionPlan, collect};
 
+use super::aggregate::{WindowAggregate, aggregate_of};
 use super::planner::{Planned, QueryPlanner, missing_column};
 use super::slot::{BatchSlot, INPUT_ROW, SlotTable};
 use super::source_table::SourceTable;
@@ -40,6 +44,8 @@ pub struct ContinuousQuery {
     /// The user's session as plans run in it (see [`executor`]).
     executor: SessionState,
     task: Arc<TaskContext>,
+    /// The query's windowed aggregate, when it has one: the plans above run on its rows.
+    window: Option<WindowAggregate>,
 }
 
 /// Plans by source and batch schema, and the columns of those schemas in all.
@@ -116,7 +122,8 @@ fn check_row_wise(plan: &LogicalPlan) -> Result<()> {
             LogicalPlan::Projection(_)
             | LogicalPlan::Filter(_)
             | LogicalPlan::SubqueryAlias(_)
-            | LogicalPlan::Union(_) => true,
+            | LogicalPlan::Union(_)
+            | LogicalPlan::Unnest(_) => true,
             LogicalPlan::TableScan(scan) => {
                 if !reads_slot(scan) {
                     bad = Some(format!(
@@ -135,7 +142,9 @@ fn check_row_wise(plan: &LogicalPlan) -> Result<()> {
             let op = what.split(':').next().unwrap_or(&what).trim().to_string();
             bad = Some(format!(
                 "'{op}' needs the whole stream; a continuous INSERT runs row by row \
-                 (projections, filters, functions, CAST, CASE, UNION ALL)"
+                 (projections, filters, functions, CAST, CASE, UNION ALL) or aggregates \
+                 windows (FROM TUMBLE(source, time_column, size) ... GROUP BY window_start, \
+                 window_end, ...)"
             ));
             return Ok(TreeNodeRecursion::Stop);
         }
@@ -168,6 +177,7 @@ impl ContinuousQuery {
             plans: Mutex::default(),
             task: executor.task_ctx(),
             executor,
+            window: None,
         };
         let schemas = query
             .sources
@@ -175,7 +185,7 @@ impl ContinuousQuery {
             .map(|(n, (d, _))| (n.clone(), d.schema.clone()))
             .collect();
         let (planned, _) = query.plan_logical(&schemas).await?;
-        check_row_wise(rows_of(&planned.plan))?;
+        check_row_wise(per_batch(&planned.plan))?;
         query.sources.retain(|n, _| planned.sources.contains(n));
         if query.sources.is_empty() {
             return Err(Error::Plan(
@@ -190,7 +200,61 @@ impl ContinuousQuery {
                 )));
             }
         }
+        let rows = rows_of(&planned.plan);
+        if aggregate_of(rows).is_some() {
+            query.window = Some(query.window_of(rows).await?);
+        }
         Ok((query, planned.plan))
+    }
+
+    /// The windowed aggregate of `rows` (the statement's rows), over the rows of the
+    /// per-batch plan for the sources' declared schemas.
+    async fn window_of(&self, rows: &LogicalPlan) -> Result<WindowAggregate> {
+        let (name, (def, _)) = self
+            .sources
+            .iter()
+            .next()
+            .ok_or_else(|| Error::Internal("a windowed query without sources".into()))?;
+        let plan = self.plan_for(name, &def.schema).await?;
+        let exec = plan.exec.clone().map_err(Error::Plan)?;
+        let mut input = exec.schema();
+        if plan.numbered {
+            let last = input.fields().len() - 1;
+            input = Arc::new(
+                input
+                    .project(&(0..last).collect::<Vec<_>>())
+                    .map_err(|e| Error::Internal(format!("the windowed rows: {e}")))?,
+            );
+        }
+        for def in self.sources.values().map(|(d, _)| d) {
+            if def.watermark.is_none() {
+                return Err(Error::Plan(format!(
+                    "this INSERT cannot run continuously: its windows close when event time \
+                     passes them, and source {} declares no event time: declare it with \
+                     WATERMARK FOR column AS column - INTERVAL '5' SECOND",
+                    def.name
+                )));
+            }
+        }
+        let lateness = self
+            .executor
+            .config()
+            .options()
+            .extensions
+            .get::<crate::config::FloeOptions>()
+            .map(|o| o.allowed_lateness)
+            .unwrap_or_default();
+        WindowAggregate::try_new(
+            rows,
+            input,
+            &self.executor,
+            i64::try_from(lateness.as_micros()).unwrap_or(i64::MAX),
+        )
+    }
+
+    /// The query's windowed aggregate, when it has one: [`Self::run`] gives its input rows.
+    pub fn window(&self) -> Option<&WindowAggregate> {
+        self.window.as_ref()
     }
 
     /// The logical plan for sources read as `schemas`, with NULL columns for the names the
@@ -249,7 +313,7 @@ impl ContinuousQuery {
         // dead-lettered one batch at a time without planning again for each.
         let plan = Arc::new(match self.plan_logical(&schemas).await {
             Ok((planned, inputs)) => {
-                let rows = rows_of(&planned.plan);
+                let rows = per_batch(&planned.plan);
                 // A plan whose rows cannot be numbered (a column of the same name) runs
                 // as written: its rows' records are then unknown.
                 let (rows, numbered) = match numbered(rows.clone()) {
@@ -299,8 +363,9 @@ impl ContinuousQuery {
         self.sources.values().map(|(d, _)| d)
     }
 
-    /// Run the query on `batch` from source `source`: its rows, as one batch, and which
-    /// row of `batch` each came from when known. A batch of a schema the query cannot be
+    /// Run the query on `batch` from source `source`: its rows (for a windowed query, the
+    /// rows its aggregate takes), as one batch, and which row of `batch` each came from when
+    /// known. A batch of a schema the query cannot be
     /// planned for fails with why (its records are dead-lettered).
     pub async fn run(&self, source: &str, batch: RecordBatch) -> Result<Output> {
         let (_, slot) = self
@@ -428,6 +493,16 @@ fn rows_of(plan: &LogicalPlan) -> &LogicalPlan {
     match plan {
         LogicalPlan::Dml(dml) => &dml.input,
         other => other,
+    }
+}
+
+/// The part of a statement's plan that runs on each batch: its rows, or for a windowed
+/// query the rows its aggregate takes.
+fn per_batch(plan: &LogicalPlan) -> &LogicalPlan {
+    let rows = rows_of(plan);
+    match aggregate_of(rows) {
+        Some(aggregate) => &aggregate.input,
+        None => rows,
     }
 }
 

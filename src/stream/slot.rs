@@ -38,6 +38,13 @@ impl BatchSlot {
         }
     }
 
+    /// Put `batches` in the slot for the next execution.
+    pub fn set_all(&self, batches: Vec<RecordBatch>) {
+        if let Ok(mut b) = self.batches.lock() {
+            *b = batches;
+        }
+    }
+
     /// Empty the slot.
     pub fn clear(&self) {
         if let Ok(mut b) = self.batches.lock() {
@@ -111,20 +118,23 @@ impl TableProvider for SlotTable {
             Some(p) => Arc::new(self.schema.project(p)?),
             None => self.schema.clone(),
         };
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(schema.clone()),
-            Partitioning::UnknownPartitioning(1),
-            EmissionType::Incremental,
-            Boundedness::Bounded,
-        ));
         Ok(Arc::new(SlotExec {
             slot: self.slot.clone(),
             numbered: self.numbered.then(|| self.schema.clone()),
             projection: projection.cloned(),
+            properties: properties(&schema),
             schema,
-            properties,
         }))
     }
+}
+
+fn properties(schema: &SchemaRef) -> Arc<PlanProperties> {
+    Arc::new(PlanProperties::new(
+        EquivalenceProperties::new(schema.clone()),
+        Partitioning::UnknownPartitioning(1),
+        EmissionType::Incremental,
+        Boundedness::Bounded,
+    ))
 }
 
 /// Reads the batches in a slot, projected.
@@ -136,6 +146,19 @@ pub struct SlotExec {
     projection: Option<Vec<usize>>,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
+}
+
+impl SlotExec {
+    /// A leaf reading the batches of `slot`, of `schema`, as they are.
+    pub fn over(schema: SchemaRef, slot: Arc<BatchSlot>) -> Arc<dyn ExecutionPlan> {
+        Arc::new(SlotExec {
+            slot,
+            numbered: None,
+            projection: None,
+            properties: properties(&schema),
+            schema,
+        })
+    }
 }
 
 impl DisplayAs for SlotExec {

@@ -3,7 +3,10 @@
 //! A source declared with `WATERMARK FOR ts AS ts - INTERVAL '5' SECOND` has, at any moment,
 //! the watermark "the largest value of the expression over the records read so far". A job's
 //! watermark is the smallest of its sources' (as in Flink); `SHOW JOBS` shows it. Row-wise
-//! jobs do not wait on it; it tells how current the data in the lake is.
+//! jobs do not wait on it (it tells how current the data in the lake is); windowed jobs emit
+//! a window when it passes the window's end, and take a record as late when it had passed
+//! the record's window before the record came (record by record, so that how records are
+//! batched does not change which are late).
 
 use std::sync::Arc;
 
@@ -13,7 +16,6 @@ use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::error::DataFusionError;
 use datafusion::execution::TaskContext;
 use datafusion::execution::session_state::SessionState;
-use datafusion::functions_aggregate::expr_fn::max;
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::ExprWithAlias;
@@ -75,9 +77,7 @@ impl WatermarkTracker {
                 df.schema(),
             )
             .map_err(invalid)?;
-        let df = df
-            .aggregate(vec![], vec![max(expr).alias("watermark")])
-            .map_err(invalid)?;
+        let df = df.select(vec![expr.alias("watermark")]).map_err(invalid)?;
         let ty = df.schema().field(0).data_type().clone();
         if !matches!(ty, DataType::Timestamp(_, _)) {
             return Err(Error::Plan(format!(
@@ -94,28 +94,45 @@ impl WatermarkTracker {
         }))
     }
 
-    /// Advance the watermark past `batch`'s records.
-    pub async fn observe(&mut self, batch: &RecordBatch) -> Result<()> {
+    /// Advance the watermark past `batch`'s records; returns, for each record, the
+    /// watermark before it (`i64::MIN` when there was none yet).
+    pub async fn advance(&mut self, batch: &RecordBatch) -> Result<Vec<i64>> {
         if batch.num_rows() == 0 {
-            return Ok(());
+            return Ok(Vec::new());
         }
         self.slot.set(batch.clone());
         let out = collect(self.plan.clone(), self.task.clone()).await;
         self.slot.clear();
+        let mut before = Vec::with_capacity(batch.num_rows());
         for b in out? {
+            // The instants as they are (a zone changes how they show, not their values).
+            let zone = match b.column(0).data_type() {
+                DataType::Timestamp(_, zone) => zone.clone(),
+                _ => None,
+            };
             let micros = cast(
                 b.column(0),
-                &DataType::Timestamp(TimeUnit::Microsecond, None),
+                &DataType::Timestamp(TimeUnit::Microsecond, zone),
             )
             .map_err(|e| Error::Internal(format!("watermark cast: {e}")))?;
-            if let Some(a) = micros.as_any().downcast_ref::<TimestampMicrosecondArray>()
-                && a.is_valid(0)
-            {
-                let v = a.value(0);
-                self.current = Some(self.current.map_or(v, |c| c.max(v)));
+            let a = micros
+                .as_any()
+                .downcast_ref::<TimestampMicrosecondArray>()
+                .ok_or_else(|| Error::Internal("watermark cast".into()))?;
+            for i in 0..a.len() {
+                before.push(self.current.unwrap_or(i64::MIN));
+                if a.is_valid(i) {
+                    let v = a.value(i);
+                    self.current = Some(self.current.map_or(v, |c| c.max(v)));
+                }
             }
         }
-        Ok(())
+        Ok(before)
+    }
+
+    /// Start from watermark `micros` (a checkpoint's).
+    pub fn restore(&mut self, micros: i64) {
+        self.current = Some(self.current.map_or(micros, |c| c.max(micros)));
     }
 
     /// The watermark in microseconds since the epoch, once a record was seen.

@@ -1,0 +1,445 @@
+//! Windowed aggregates of a continuous query, on DataFusion's own accumulators.
+//!
+//! ```text
+//! per batch:  the query's rows below the aggregate (row-wise, with window_start/window_end)
+//!               late (the window closed before the record came) --> dead letters, 'late'
+//!               on time --AggregateExec(Partial)--> group keys + accumulator state: the state
+//! watermark:  state rows of windows with end + lateness <= watermark
+//!               --AggregateExec(Final)--> the aggregate's rows --the plan above it--> the sink
+//! growing:    every COMPACT_AFTER batches of state --AggregateExec(PartialReduce)--> one
+//! checkpoint: the state, compacted, in an Arrow IPC file the checkpoint record names
+//! ```
+//!
+//! The accumulators are DataFusion's (`count`, `count(DISTINCT)`, `approx_percentile_cont`,
+//! user-registered UDAFs): what a partial aggregate outputs is exactly their `state()`, and
+//! the final and reducing aggregates `merge_batch` it. So the state a checkpoint saves is
+//! plain Arrow, restored by reading it back.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions,
+};
+use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch, not};
+use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampMicrosecondType};
+use datafusion::common::DFSchema;
+use datafusion::execution::TaskContext;
+use datafusion::execution::session_state::SessionState;
+use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan};
+use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::{ExecutionPlan, collect};
+use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
+
+use super::slot::{BatchSlot, SlotExec};
+use crate::sql::windows::WINDOW_END;
+use crate::error::{Error, Reject, Result};
+
+/// State batches kept before they are merged into one.
+const COMPACT_AFTER: usize = 32;
+
+/// A continuous query's windowed aggregate: the plans of its stages.
+pub struct WindowAggregate {
+    /// The rows it aggregates: the query's rows below the aggregate.
+    input: SchemaRef,
+    /// Where a row of `input` has its window's end.
+    input_end: WindowColumn,
+    /// Where a state row has its window's end.
+    state_end: WindowColumn,
+    partial: Stage,
+    reduce: Stage,
+    finish: Stage,
+    /// The query above the aggregate (projections, HAVING), over the aggregate's rows.
+    upper: Stage,
+    /// How long after its end a window waits for late records, in microseconds.
+    lateness: i64,
+    task: Arc<TaskContext>,
+}
+
+/// The `window_end` column of a batch.
+#[derive(Debug, Clone, Copy)]
+struct WindowColumn {
+    index: usize,
+}
+
+impl WindowColumn {
+    /// The `window_end` column among `fields`, if any.
+    fn find<'a>(
+        mut fields: impl Iterator<Item = &'a datafusion::arrow::datatypes::Field>,
+    ) -> Option<Self> {
+        fields
+            .position(|f| f.name() == WINDOW_END)
+            .map(|index| Self { index })
+    }
+
+    /// Each row's window end in microseconds (NULL where the row has no time).
+    fn ends(&self, batch: &RecordBatch) -> Result<Int64Array> {
+        let column = batch.column(self.index);
+        let DataType::Timestamp(_, tz) = column.data_type() else {
+            return Err(Error::Internal(format!(
+                "a window column is {}, not a TIMESTAMP",
+                column.data_type()
+            )));
+        };
+        let micros = cast(column, &DataType::Timestamp(TimeUnit::Microsecond, tz.clone()))
+            .map_err(|e| Error::Internal(format!("window end: {e}")))?;
+        let micros = micros.as_primitive::<TimestampMicrosecondType>();
+        Ok(micros
+            .iter()
+            .collect())
+    }
+}
+
+/// One stage: a plan over the batches put in its slot.
+struct Stage {
+    slot: Arc<BatchSlot>,
+    exec: Arc<dyn ExecutionPlan>,
+}
+
+impl Stage {
+    fn over(schema: SchemaRef, build: impl FnOnce(Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>>) -> Result<Self> {
+        let slot = Arc::new(BatchSlot::default());
+        let exec = build(SlotExec::over(schema, slot.clone()))?;
+        Ok(Self { slot, exec })
+    }
+
+    async fn run(&self, task: &Arc<TaskContext>, batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
+        self.slot.set_all(batches);
+        let out = collect(self.exec.clone(), task.clone()).await;
+        self.slot.clear();
+        out.map_err(Error::from_execution)
+    }
+
+    fn schema(&self) -> SchemaRef {
+        self.exec.schema()
+    }
+}
+
+/// The open windows' partial aggregates, between checkpoints and across them.
+#[derive(Debug, Default, Clone)]
+pub struct WindowState {
+    batches: Vec<RecordBatch>,
+}
+
+impl WindowState {
+    /// The state as saved: its batches.
+    pub fn batches(&self) -> &[RecordBatch] {
+        &self.batches
+    }
+
+    /// A state restored from saved batches.
+    pub fn from_batches(batches: Vec<RecordBatch>) -> Self {
+        Self { batches }
+    }
+
+    /// The groups (window and keys) held, counting a group once per batch it is in.
+    pub fn rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+
+    /// The bytes the state holds in memory.
+    pub fn bytes(&self) -> usize {
+        self.batches.iter().map(RecordBatch::get_array_memory_size).sum()
+    }
+}
+
+/// The only aggregate of `plan` (the rows of a continuous query), reached through row-wise
+/// nodes (projections, filters, aliases), if it has one there.
+pub fn aggregate_of(plan: &LogicalPlan) -> Option<&Aggregate> {
+    match plan {
+        LogicalPlan::Aggregate(a) => Some(a),
+        LogicalPlan::Projection(p) => aggregate_of(&p.input),
+        LogicalPlan::Filter(f) => aggregate_of(&f.input),
+        LogicalPlan::SubqueryAlias(s) => aggregate_of(&s.input),
+        _ => None,
+    }
+}
+
+impl WindowAggregate {
+    /// The stages of `rows`'s aggregate (see [`aggregate_of`]), whose input rows come as
+    /// `input` (the physical schema of the plan below it). Fails, saying why, when the
+    /// aggregate is not over windows.
+    pub fn try_new(
+        rows: &LogicalPlan,
+        input: SchemaRef,
+        state: &SessionState,
+        lateness: i64,
+    ) -> Result<Self> {
+        let aggregate = aggregate_of(rows)
+            .ok_or_else(|| Error::Internal("a windowed query without an aggregate".into()))?;
+        if aggregate.group_expr.iter().any(|e| matches!(e, Expr::GroupingSet(_))) {
+            return Err(unsupported(
+                "GROUPING SETS, ROLLUP and CUBE do not run continuously yet",
+            ));
+        }
+        let logical_input = aggregate.input.schema();
+        let group_window = aggregate
+            .group_expr
+            .iter()
+            .position(|e| matches!(e, Expr::Column(c) if c.name == WINDOW_END))
+            .map(|index| WindowColumn { index });
+        let Some(state_end) = group_window else {
+            return Err(unsupported(
+                "an aggregate runs continuously over windows, each emitted once when the \
+                 watermark passes its end: read the source through TUMBLE(source, time_column, \
+                 size) or HOP(source, time_column, slide, size) and GROUP BY window_start, \
+                 window_end (an aggregate without windows, updated as rows come, is not \
+                 supported yet)",
+            ));
+        };
+        let input_end = WindowColumn::find(input.fields().iter().map(AsRef::as_ref))
+            .ok_or_else(|| Error::Internal("the windowed rows have no window column".into()))?;
+        let props = state.execution_props();
+        let group_by = PhysicalGroupBy::new_single(
+            aggregate
+                .group_expr
+                .iter()
+                .map(|e| {
+                    Ok((
+                        create_physical_expr(e, logical_input, props)?,
+                        datafusion::logical_expr::expr::physical_name(e)?,
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?,
+        );
+        let mut aggregates = Vec::new();
+        let mut filters = Vec::new();
+        for e in &aggregate.aggr_expr {
+            let (agg, filter, _) =
+                create_aggregate_expr_and_maybe_filter(e, logical_input, &input, props)?;
+            aggregates.push(agg);
+            filters.push(filter);
+        }
+        let partial = Stage::over(input.clone(), |leaf| {
+            Ok(Arc::new(AggregateExec::try_new(
+                AggregateMode::Partial,
+                group_by.clone(),
+                aggregates.clone(),
+                filters.clone(),
+                leaf,
+                input.clone(),
+            )?))
+        })?;
+        let merged = |mode: AggregateMode| {
+            Stage::over(partial.schema(), |leaf| {
+                Ok(Arc::new(AggregateExec::try_new(
+                    mode,
+                    group_by.as_final(),
+                    aggregates.clone(),
+                    filters.clone(),
+                    leaf,
+                    input.clone(),
+                )?))
+            })
+        };
+        let reduce = merged(AggregateMode::PartialReduce)?;
+        let finish = merged(AggregateMode::Final)?;
+        let upper = Stage::over(finish.schema(), |leaf| above(rows, leaf, state))?;
+        Ok(Self {
+            input,
+            input_end,
+            state_end,
+            partial,
+            reduce,
+            finish,
+            upper,
+            lateness,
+            task: Arc::new(TaskContext::from(state)),
+        })
+    }
+
+    /// Add `rows` (the query's rows below the aggregate) to the windows of `state`, except
+    /// the rows whose window closed before them: `watermarks[i]` is the watermark row `i`
+    /// came after (microseconds; `i64::MIN` before any). Returns the late rows, with why.
+    pub async fn absorb(
+        &self,
+        state: &mut WindowState,
+        rows: RecordBatch,
+        watermarks: &[i64],
+    ) -> Result<Vec<(usize, Reject)>> {
+        let rows = self.conform(rows)?;
+        let ends = self.input_end.ends(&rows)?;
+        let mut late = Vec::new();
+        for (i, end) in ends.iter().enumerate() {
+            let watermark = watermarks.get(i).copied().unwrap_or(i64::MIN);
+            match end {
+                None => late.push((i, Reject::new("the record has no event time (its window is NULL)"))),
+                Some(end) if end.saturating_add(self.lateness) <= watermark => late.push((
+                    i,
+                    Reject::new(format!(
+                        "late: its window ended at {} and the watermark had passed it ({})",
+                        show_micros(end),
+                        show_micros(watermark)
+                    )),
+                )),
+                Some(_) => {}
+            }
+        }
+        let on_time = if late.is_empty() {
+            rows
+        } else {
+            let mut keep = vec![true; rows.num_rows()];
+            for (i, _) in &late {
+                keep[*i] = false;
+            }
+            filter_record_batch(&rows, &BooleanArray::from(keep))
+                .map_err(|e| Error::Internal(format!("dropping late rows: {e}")))?
+        };
+        if on_time.num_rows() > 0 {
+            let partial = self.partial.run(&self.task, vec![on_time]).await?;
+            state.batches.extend(partial.into_iter().filter(|b| b.num_rows() > 0));
+            if state.batches.len() > COMPACT_AFTER {
+                self.compact(state).await?;
+            }
+        }
+        Ok(late)
+    }
+
+    /// The schema of the state's batches.
+    pub fn state_schema(&self) -> SchemaRef {
+        self.partial.schema()
+    }
+
+    /// Merge the state's batches into one.
+    pub async fn compact(&self, state: &mut WindowState) -> Result<()> {
+        if state.batches.len() <= 1 {
+            return Ok(());
+        }
+        let merged = self.reduce.run(&self.task, std::mem::take(&mut state.batches)).await?;
+        let schema = self.reduce.schema();
+        let one = concat_batches(&schema, &merged)
+            .map_err(|e| Error::Internal(format!("compacting window state: {e}")))?;
+        if one.num_rows() > 0 {
+            state.batches.push(one);
+        }
+        Ok(())
+    }
+
+    /// The rows of the windows the watermark closes (end + lateness <= `watermark`), taken
+    /// out of `state`; `None` when none closes.
+    pub async fn emit(&self, state: &mut WindowState, watermark: i64) -> Result<Option<RecordBatch>> {
+        let mut closed = Vec::new();
+        let mut open = Vec::new();
+        for batch in std::mem::take(&mut state.batches) {
+            let ends = self.state_end.ends(&batch)?;
+            let mask: BooleanArray = ends
+                .iter()
+                .map(|e| Some(e.is_some_and(|e| e.saturating_add(self.lateness) <= watermark)))
+                .collect();
+            if mask.true_count() == 0 {
+                open.push(batch);
+                continue;
+            }
+            let split = |m: &BooleanArray| {
+                filter_record_batch(&batch, m)
+                    .map_err(|e| Error::Internal(format!("splitting window state: {e}")))
+            };
+            closed.push(split(&mask)?);
+            if mask.true_count() < batch.num_rows() {
+                open.push(split(&not(&mask).map_err(internal)?)?);
+            }
+        }
+        state.batches = open;
+        if closed.is_empty() {
+            return Ok(None);
+        }
+        let finals = self.finish.run(&self.task, closed).await?;
+        let rows = self.upper.run(&self.task, finals).await?;
+        let schema = self.upper.schema();
+        concat_batches(&schema, &rows)
+            .map(Some)
+            .map_err(|e| Error::Internal(format!("joining window rows: {e}")))
+    }
+
+    /// `rows` as the aggregate's input schema (a batch of an inferred source may be typed
+    /// otherwise): each column cast to its field's type.
+    fn conform(&self, rows: RecordBatch) -> Result<RecordBatch> {
+        if rows.schema() == self.input {
+            return Ok(rows);
+        }
+        let columns = self
+            .input
+            .fields()
+            .iter()
+            .zip(rows.columns())
+            .map(|(f, c)| {
+                if c.data_type() == f.data_type() {
+                    Ok(c.clone())
+                } else {
+                    cast(c, f.data_type()).map_err(|e| {
+                        Error::Record(Reject::new(format!(
+                            "column {} is {}, the windowed query reads it as {}: {e}",
+                            f.name(),
+                            c.data_type(),
+                            f.data_type()
+                        )))
+                    })
+                }
+            })
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        let options = RecordBatchOptions::new().with_row_count(Some(rows.num_rows()));
+        let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(
+            self.input
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone().with_nullable(true))
+                .collect::<Vec<_>>(),
+        ));
+        RecordBatch::try_new_with_options(schema, columns, &options)
+            .map_err(|e| Error::Record(Reject::new(format!("the windowed query's rows: {e}"))))
+    }
+}
+
+fn internal(e: datafusion::arrow::error::ArrowError) -> Error {
+    Error::Internal(format!("window state: {e}"))
+}
+
+fn unsupported(why: &str) -> Error {
+    Error::Plan(format!("this INSERT cannot run continuously: {why}"))
+}
+
+/// Microseconds since the epoch as a timestamp.
+fn show_micros(micros: i64) -> String {
+    chrono::DateTime::from_timestamp_micros(micros)
+        .map(|t| t.naive_utc().to_string())
+        .unwrap_or_else(|| micros.to_string())
+}
+
+/// The physical plan of the row-wise nodes of `plan` above its aggregate, over `leaf` (the
+/// aggregate's rows).
+fn above(
+    plan: &LogicalPlan,
+    leaf: Arc<dyn ExecutionPlan>,
+    state: &SessionState,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let props = state.execution_props();
+    let physical = |e: &Expr, schema: &DFSchema| -> Result<Arc<dyn PhysicalExpr>> {
+        Ok(create_physical_expr(e, schema, props)?)
+    };
+    Ok(match plan {
+        LogicalPlan::Aggregate(_) => leaf,
+        LogicalPlan::SubqueryAlias(s) => above(&s.input, leaf, state)?,
+        LogicalPlan::Filter(f) => {
+            let input = above(&f.input, leaf, state)?;
+            Arc::new(FilterExec::try_new(physical(&f.predicate, f.input.schema())?, input)?)
+        }
+        LogicalPlan::Projection(p) => {
+            let input = above(&p.input, leaf, state)?;
+            let exprs = p
+                .expr
+                .iter()
+                .zip(p.schema.fields())
+                .map(|(e, f)| Ok((physical(e, p.input.schema())?, f.name().clone())))
+                .collect::<Result<Vec<_>>>()?;
+            Arc::new(ProjectionExec::try_new(exprs, input)?)
+        }
+        other => {
+            return Err(Error::Internal(format!(
+                "a windowed query has {} above its aggregate",
+                other.display()
+            )));
+        }
+    })
+}
