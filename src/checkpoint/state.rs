@@ -309,7 +309,9 @@ impl StateStore {
         let reader = FileReader::try_new(f, None)
             .map_err(|e| Error::Internal(format!("window state {}: {e}", path.display())))?;
         reader
-            .map(|b| b.map_err(|e| Error::Internal(format!("window state {}: {e}", path.display()))))
+            .map(|b| {
+                b.map_err(|e| Error::Internal(format!("window state {}: {e}", path.display())))
+            })
             .collect()
     }
 

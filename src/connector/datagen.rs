@@ -10,6 +10,9 @@
 //! 'number-of-rows'  = N          stop after N rows (default: never)
 //! 'rows-per-second' = R          at most R rows a second (default: as fast as possible)
 //! 'seed'            = S          a different seed gives different values (default 0)
+//! 'time.disorder'   = '10s'      event times (order_time, event_time) come up to this much
+//!                                out of order: each is its place in the stream less a
+//!                                pseudo-random part of it (default: in order)
 //! ```
 //!
 //! With declared columns, every column gets pseudo-random values of its type. Row `i` is a
@@ -39,6 +42,8 @@ pub struct DatagenOptions {
     pub number_of_rows: Option<u64>,
     pub rows_per_second: Option<f64>,
     pub seed: u64,
+    /// How far out of order event times come, in microseconds.
+    pub disorder: u64,
 }
 
 /// What the generated rows look like.
@@ -137,6 +142,15 @@ impl DatagenOptions {
             })
             .transpose()?
             .unwrap_or(number_of_rows.map_or(100_000, |n| n / 2));
+        let disorder = options
+            .take_str("time.disorder")
+            .map(|v| {
+                crate::sql::options::parse_duration(&v)
+                    .map(|d| d.as_micros() as u64)
+                    .map_err(|e| Error::Option(format!("'time.disorder': {e}")))
+            })
+            .transpose()?
+            .unwrap_or(0);
         let schema = match profile {
             Profile::Orders => orders_schema(),
             Profile::Events => events_schema(),
@@ -162,6 +176,7 @@ impl DatagenOptions {
                 number_of_rows,
                 rows_per_second,
                 seed,
+                disorder,
             },
         ))
     }
@@ -242,6 +257,14 @@ impl DatagenReader {
         }
     }
 
+    /// How much earlier than its place in the stream row `r`'s event time is ('time.disorder').
+    fn jitter(&self, r: u64, c: u64) -> i64 {
+        match self.options.disorder {
+            0 => 0,
+            d => (mix(self.options.seed, r, c) % (d + 1)) as i64,
+        }
+    }
+
     fn column(&self, index: usize, rows: std::ops::Range<u64>) -> ArrayRef {
         let seed = self.options.seed;
         let c = index as u64;
@@ -277,7 +300,7 @@ impl DatagenReader {
                     })))
                 }
                 _ => Arc::new(TimestampMicrosecondArray::from_iter_values(
-                    rows.map(|r| BASE_MICROS + r as i64 * 100_000),
+                    rows.map(|r| BASE_MICROS + r as i64 * 100_000 - self.jitter(r, c)),
                 )),
             };
         }
@@ -322,7 +345,7 @@ impl DatagenReader {
             "event_id" => Arc::new(Int64Array::from_iter_values(rows.map(|r| r as i64 + 1))),
             "event_type" => Arc::new(StringArray::from_iter_values(rows.map(kind))),
             "event_time" => Arc::new(TimestampMicrosecondArray::from_iter_values(
-                rows.map(|r| BASE_MICROS + r as i64 * 10_000),
+                rows.map(|r| BASE_MICROS + r as i64 * 10_000 - self.jitter(r, c)),
             )),
             "user_id" => Arc::new(Int64Array::from_iter_values(
                 rows.map(|r| (mix(seed, r, c) % 5_000) as i64 + 1),

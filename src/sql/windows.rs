@@ -232,15 +232,20 @@ fn windowed(
     size: i64,
     offset: i64,
 ) -> DFResult<LogicalPlan> {
-    let columns: Vec<Expr> = input.schema().columns().into_iter().map(Expr::Column).collect();
+    let columns: Vec<Expr> = input
+        .schema()
+        .columns()
+        .into_iter()
+        .map(Expr::Column)
+        .collect();
     // The latest window start at or before `time`: the bin of `time - offset`, shifted back.
     let shifted = if offset == 0 {
         time
     } else {
         time - interval(offset)
     };
-    let mut start = datafusion::functions::datetime::date_bin()
-        .call(vec![interval(slide), shifted]);
+    let mut start =
+        datafusion::functions::datetime::date_bin().call(vec![interval(slide), shifted]);
     if offset != 0 {
         start = start + interval(offset);
     }

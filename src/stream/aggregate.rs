@@ -34,8 +34,8 @@ use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
 
 use super::slot::{BatchSlot, SlotExec};
-use crate::sql::windows::WINDOW_END;
 use crate::error::{Error, Reject, Result};
+use crate::sql::windows::WINDOW_END;
 
 /// State batches kept before they are merged into one.
 const COMPACT_AFTER: usize = 32;
@@ -83,12 +83,13 @@ impl WindowColumn {
                 column.data_type()
             )));
         };
-        let micros = cast(column, &DataType::Timestamp(TimeUnit::Microsecond, tz.clone()))
-            .map_err(|e| Error::Internal(format!("window end: {e}")))?;
+        let micros = cast(
+            column,
+            &DataType::Timestamp(TimeUnit::Microsecond, tz.clone()),
+        )
+        .map_err(|e| Error::Internal(format!("window end: {e}")))?;
         let micros = micros.as_primitive::<TimestampMicrosecondType>();
-        Ok(micros
-            .iter()
-            .collect())
+        Ok(micros.iter().collect())
     }
 }
 
@@ -99,13 +100,20 @@ struct Stage {
 }
 
 impl Stage {
-    fn over(schema: SchemaRef, build: impl FnOnce(Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>>) -> Result<Self> {
+    fn over(
+        schema: SchemaRef,
+        build: impl FnOnce(Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Self> {
         let slot = Arc::new(BatchSlot::default());
         let exec = build(SlotExec::over(schema, slot.clone()))?;
         Ok(Self { slot, exec })
     }
 
-    async fn run(&self, task: &Arc<TaskContext>, batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
+    async fn run(
+        &self,
+        task: &Arc<TaskContext>,
+        batches: Vec<RecordBatch>,
+    ) -> Result<Vec<RecordBatch>> {
         self.slot.set_all(batches);
         let out = collect(self.exec.clone(), task.clone()).await;
         self.slot.clear();
@@ -141,7 +149,10 @@ impl WindowState {
 
     /// The bytes the state holds in memory.
     pub fn bytes(&self) -> usize {
-        self.batches.iter().map(RecordBatch::get_array_memory_size).sum()
+        self.batches
+            .iter()
+            .map(RecordBatch::get_array_memory_size)
+            .sum()
     }
 }
 
@@ -167,9 +178,18 @@ impl WindowAggregate {
         state: &SessionState,
         lateness: i64,
     ) -> Result<Self> {
+        // Types coerced (the casts an expression needs), as DataFusion does before planning.
+        let rows =
+            &state
+                .analyzer()
+                .execute_and_check(rows.clone(), state.config_options(), |_, _| {})?;
         let aggregate = aggregate_of(rows)
             .ok_or_else(|| Error::Internal("a windowed query without an aggregate".into()))?;
-        if aggregate.group_expr.iter().any(|e| matches!(e, Expr::GroupingSet(_))) {
+        if aggregate
+            .group_expr
+            .iter()
+            .any(|e| matches!(e, Expr::GroupingSet(_)))
+        {
             return Err(unsupported(
                 "GROUPING SETS, ROLLUP and CUBE do not run continuously yet",
             ));
@@ -265,7 +285,10 @@ impl WindowAggregate {
         for (i, end) in ends.iter().enumerate() {
             let watermark = watermarks.get(i).copied().unwrap_or(i64::MIN);
             match end {
-                None => late.push((i, Reject::new("the record has no event time (its window is NULL)"))),
+                None => late.push((
+                    i,
+                    Reject::new("the record has no event time (its window is NULL)"),
+                )),
                 Some(end) if end.saturating_add(self.lateness) <= watermark => late.push((
                     i,
                     Reject::new(format!(
@@ -289,7 +312,9 @@ impl WindowAggregate {
         };
         if on_time.num_rows() > 0 {
             let partial = self.partial.run(&self.task, vec![on_time]).await?;
-            state.batches.extend(partial.into_iter().filter(|b| b.num_rows() > 0));
+            state
+                .batches
+                .extend(partial.into_iter().filter(|b| b.num_rows() > 0));
             if state.batches.len() > COMPACT_AFTER {
                 self.compact(state).await?;
             }
@@ -307,7 +332,10 @@ impl WindowAggregate {
         if state.batches.len() <= 1 {
             return Ok(());
         }
-        let merged = self.reduce.run(&self.task, std::mem::take(&mut state.batches)).await?;
+        let merged = self
+            .reduce
+            .run(&self.task, std::mem::take(&mut state.batches))
+            .await?;
         let schema = self.reduce.schema();
         let one = concat_batches(&schema, &merged)
             .map_err(|e| Error::Internal(format!("compacting window state: {e}")))?;
@@ -319,7 +347,11 @@ impl WindowAggregate {
 
     /// The rows of the windows the watermark closes (end + lateness <= `watermark`), taken
     /// out of `state`; `None` when none closes.
-    pub async fn emit(&self, state: &mut WindowState, watermark: i64) -> Result<Option<RecordBatch>> {
+    pub async fn emit(
+        &self,
+        state: &mut WindowState,
+        watermark: i64,
+    ) -> Result<Option<RecordBatch>> {
         let mut closed = Vec::new();
         let mut open = Vec::new();
         for batch in std::mem::take(&mut state.batches) {
@@ -423,7 +455,10 @@ fn above(
         LogicalPlan::SubqueryAlias(s) => above(&s.input, leaf, state)?,
         LogicalPlan::Filter(f) => {
             let input = above(&f.input, leaf, state)?;
-            Arc::new(FilterExec::try_new(physical(&f.predicate, f.input.schema())?, input)?)
+            Arc::new(FilterExec::try_new(
+                physical(&f.predicate, f.input.schema())?,
+                input,
+            )?)
         }
         LogicalPlan::Projection(p) => {
             let input = above(&p.input, leaf, state)?;

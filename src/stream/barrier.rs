@@ -121,8 +121,7 @@ impl Runner<'_> {
 
     /// A windowed job's open windows and watermarks, saved for the next checkpoint.
     async fn save_window(&mut self) -> Result<Option<WindowRecord>> {
-        let (Some(aggregate), Some(state)) = (self.job.query.window(), self.window.as_mut())
-        else {
+        let (Some(aggregate), Some(state)) = (self.job.query.window(), self.window.as_mut()) else {
             return Ok(None);
         };
         aggregate.compact(state).await?;

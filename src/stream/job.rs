@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use tokio::sync::watch;
 
+use super::aggregate::WindowState;
 use super::barrier::Committing;
 use super::maintain::Maintainer;
-use super::aggregate::WindowState;
 use super::query::ContinuousQuery;
 use super::status::{JobState, JobStatus};
 use super::watermark::WatermarkTracker;
@@ -444,7 +444,10 @@ impl<'a> Runner<'a> {
             return Ok(Vec::new());
         };
         let own = tracker.advance(batch).await?;
-        if let Some(w) = self.watermark(None).filter(|w| *w != i64::MIN && *w != i64::MAX) {
+        if let Some(w) = self
+            .watermark(None)
+            .filter(|w| *w != i64::MIN && *w != i64::MAX)
+        {
             self.job.status.watermark.store(w, Ordering::Relaxed);
         }
         if self.window.is_none() {
@@ -493,8 +496,7 @@ impl<'a> Runner<'a> {
         let Some(watermark) = self.watermark(None) else {
             return Ok(());
         };
-        let (Some(aggregate), Some(state)) = (self.job.query.window(), self.window.as_mut())
-        else {
+        let (Some(aggregate), Some(state)) = (self.job.query.window(), self.window.as_mut()) else {
             return Ok(());
         };
         let Some(rows) = aggregate.emit(state, watermark).await? else {
@@ -553,7 +555,9 @@ impl<'a> Runner<'a> {
                 start,
                 inputs: None,
             });
-            let marks = watermarks.get(start..start + part.num_rows()).unwrap_or_default();
+            let marks = watermarks
+                .get(start..start + part.num_rows())
+                .unwrap_or_default();
             match self.write_rows(source, part.clone(), rows, marks).await {
                 Ok(()) => {}
                 Err(e) if e.is_record() && part.num_rows() > 1 => {
@@ -691,7 +695,11 @@ fn restore_window(
              incomplete windows. Restore the job's state folder, or give the job another \
              'pipeline.name' to start afresh",
             job.name,
-            if record.is_some() { "older than its tables" } else { "missing" },
+            if record.is_some() {
+                "older than its tables"
+            } else {
+                "missing"
+            },
             job.store.dir().display()
         )));
     };

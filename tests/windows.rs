@@ -1,0 +1,149 @@
+//! Windowed aggregates run three ways (straight through, with frequent checkpoints, killed
+//! with SIGKILL at random moments and restarted) must emit the same windows, each once, and
+//! dead-letter the same late records; and what they emit is what a batch query over the same
+//! records gives.
+
+mod common;
+
+use common::process::{kill_and_restart, query_csv, run_script_to_end};
+use std::path::Path;
+
+const ROWS: u64 = 240_000;
+
+const CATALOG: &str = "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql', \
+                       'uri' = 'sqlite:lake/catalog.db', 'warehouse' = 'lake/warehouse')";
+
+/// The orders source: one order every 100 ms of event time, up to 10 s out of order; the
+/// watermark trails the latest order time by `delay`.
+fn source(delay: &str) -> String {
+    format!(
+        "CREATE SOURCE gen (WATERMARK FOR order_time AS order_time - INTERVAL '{delay}' SECOND)
+           WITH ('connector' = 'datagen', 'profile' = 'orders', 'number-of-rows' = '{ROWS}',
+           'rows-per-second' = '60000', 'seed' = '42', 'time.disorder' = '10s')"
+    )
+}
+
+/// The per-minute (tumbling) and five-minute-every-minute (hopping) aggregates. Money is
+/// summed in cents, so that the sums do not depend on the order they are added in.
+const TUMBLE: &str = "SELECT window_start, window_end, region, count(*) AS orders,
+       count(DISTINCT customer_id) AS customers,
+       sum(CAST(round(price * 100) AS BIGINT) * quantity) AS cents, max(price) AS top
+     FROM TUMBLE(gen, order_time, INTERVAL '1' MINUTE) WHERE status <> 'new'
+     GROUP BY window_start, window_end, region";
+const HOP: &str = "SELECT window_start, window_end, count(*) AS orders,
+       approx_distinct(customer_id) AS customers, min(order_id) AS first
+     FROM HOP(gen, order_time, INTERVAL '1' MINUTE, INTERVAL '5' MINUTE)
+     GROUP BY window_start, window_end HAVING count(*) > 100";
+
+fn script(interval: &str, delay: &str) -> String {
+    format!(
+        "{CATALOG};
+         CREATE SCHEMA IF NOT EXISTS lake.shop;
+         CREATE TABLE IF NOT EXISTS lake.shop.per_minute (window_start TIMESTAMP,
+           window_end TIMESTAMP, region STRING, orders BIGINT, customers BIGINT, cents BIGINT,
+           top DOUBLE) PARTITIONED BY (days(window_start));
+         CREATE TABLE IF NOT EXISTS lake.shop.five_minutes (window_start TIMESTAMP,
+           window_end TIMESTAMP, orders BIGINT, customers BIGINT, first BIGINT);
+         {};
+         SET 'checkpoint.interval' = '{interval}';
+         SET 'pipeline.name' = 'per-minute';
+         INSERT INTO lake.shop.per_minute {TUMBLE};
+         SET 'pipeline.name' = 'five-minutes';
+         INSERT INTO lake.shop.five_minutes {HOP};",
+        source(delay)
+    )
+}
+
+/// Everything the jobs left: both tables whole, and the late records per job.
+fn tables(dir: &Path) -> String {
+    let q = |sql: &str| query_csv(dir, CATALOG, sql);
+    let per_minute = q("SELECT * FROM lake.shop.per_minute ORDER BY window_start, region");
+    let five = q("SELECT * FROM lake.shop.five_minutes ORDER BY window_start");
+    let late = q(
+        "SELECT job, count(*) AS late, count(DISTINCT payload) AS records,
+                    min(error) AS error FROM lake.shop.dead_letters GROUP BY job ORDER BY job",
+    );
+    format!("{per_minute}\n{five}\n{late}")
+}
+
+/// Each window once: no (window, region) twice in the per-minute table, no window twice in
+/// the five-minute one.
+fn assert_each_window_once(dir: &Path) {
+    let out = query_csv(
+        dir,
+        CATALOG,
+        "SELECT (SELECT count(*) - count(DISTINCT CAST(window_start AS STRING) || region)
+                 FROM lake.shop.per_minute),
+                (SELECT count(*) - count(DISTINCT window_start) FROM lake.shop.five_minutes)",
+    );
+    assert_eq!(
+        out.lines().nth(1),
+        Some("0,0"),
+        "a window emitted twice: {out}"
+    );
+}
+
+#[test]
+fn windows_killed_and_restarted_are_emitted_once_with_the_same_rows() {
+    // The watermark trails by 2 s and records come up to 10 s out of order: some are late.
+    let straight = tempfile::tempdir().unwrap();
+    run_script_to_end(straight.path(), &script("1h", "2"));
+    let expected = tables(straight.path());
+    let minutes = ROWS / 600;
+    assert!(
+        expected.lines().count() as u64 > minutes * 4,
+        "a row per minute and region: {expected}"
+    );
+    assert!(
+        expected.contains("per-minute,") && expected.contains("five-minutes,"),
+        "late records dead-lettered for both jobs: {expected}"
+    );
+    assert!(expected.contains("late: its window ended at"), "{expected}");
+    assert_each_window_once(straight.path());
+
+    let frequent = tempfile::tempdir().unwrap();
+    run_script_to_end(frequent.path(), &script("50ms", "2"));
+    assert_eq!(tables(frequent.path()), expected, "frequent checkpoints");
+    assert_each_window_once(frequent.path());
+
+    let killed = tempfile::tempdir().unwrap();
+    let kills = kill_and_restart(killed.path(), &script("100ms", "2"), 700);
+    assert!(
+        kills >= 3,
+        "the job ended too soon to be killed: only {kills} kills"
+    );
+    assert_eq!(tables(killed.path()), expected, "killed and restarted");
+    assert_each_window_once(killed.path());
+}
+
+#[test]
+fn windows_hold_what_a_batch_query_over_the_same_records_gives() {
+    // The watermark trails by the whole disorder: no record is late.
+    let dir = tempfile::tempdir().unwrap();
+    run_script_to_end(dir.path(), &script("200ms", "10"));
+    let q = |sql: &str| query_csv(dir.path(), CATALOG, sql);
+    let shop = q("SELECT table_name FROM lake.information_schema.tables
+                  WHERE table_schema = 'shop' ORDER BY 1");
+    assert_eq!(
+        shop, "table_name\nfive_minutes\nper_minute\n",
+        "no dead letters: no record is late when the watermark allows the disorder"
+    );
+    let setup = format!("{CATALOG}; {}", source("10"));
+    let batch = |sql: &str, order: &str| {
+        query_csv(
+            dir.path(),
+            &setup,
+            &format!("SELECT * FROM ({sql}) ORDER BY {order}"),
+        )
+    };
+    let tumble = batch(TUMBLE, "window_start, region");
+    let hop = batch(HOP, "window_start");
+    assert_eq!(
+        q("SELECT * FROM lake.shop.per_minute ORDER BY window_start, region"),
+        tumble
+    );
+    assert_eq!(
+        q("SELECT * FROM lake.shop.five_minutes ORDER BY window_start"),
+        hop
+    );
+}
