@@ -226,6 +226,20 @@ impl ContinuousQuery {
                     .map_err(|e| Error::Internal(format!("the windowed rows: {e}")))?,
             );
         }
+        let lateness = self
+            .executor
+            .config()
+            .options()
+            .extensions
+            .get::<crate::config::FloeOptions>()
+            .map(|o| o.allowed_lateness)
+            .unwrap_or_default();
+        let window = WindowAggregate::try_new(
+            rows,
+            input,
+            &self.executor,
+            i64::try_from(lateness.as_micros()).unwrap_or(i64::MAX),
+        )?;
         for def in self.sources.values().map(|(d, _)| d) {
             if def.watermark.is_none() {
                 return Err(Error::Plan(format!(
@@ -236,20 +250,7 @@ impl ContinuousQuery {
                 )));
             }
         }
-        let lateness = self
-            .executor
-            .config()
-            .options()
-            .extensions
-            .get::<crate::config::FloeOptions>()
-            .map(|o| o.allowed_lateness)
-            .unwrap_or_default();
-        WindowAggregate::try_new(
-            rows,
-            input,
-            &self.executor,
-            i64::try_from(lateness.as_micros()).unwrap_or(i64::MAX),
-        )
+        Ok(window)
     }
 
     /// The query's windowed aggregate, when it has one: [`Self::run`] gives its input rows.
