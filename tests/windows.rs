@@ -147,3 +147,98 @@ fn windows_hold_what_a_batch_query_over_the_same_records_gives() {
         hop
     );
 }
+
+#[test]
+fn explain_shows_the_streaming_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let setup = format!(
+        "{CATALOG}; CREATE SCHEMA lake.shop; CREATE TABLE lake.shop.five_minutes (window_start \
+         TIMESTAMP, window_end TIMESTAMP, orders BIGINT, customers BIGINT, first BIGINT); {}",
+        source("2")
+    );
+    let plan = common::process::floe_ok(
+        dir.path(),
+        &[
+            "-q",
+            "--format",
+            "csv",
+            "-c",
+            &setup,
+            "-c",
+            &format!("EXPLAIN INSERT INTO lake.shop.five_minutes {HOP}"),
+        ],
+    );
+    for part in [
+        "continuous_plan",
+        "Emit: each window once, when the watermark passes window_end + 0s",
+        "FilterExec: count(Int64(1))@2 > 100",
+        "WindowAggregate: gby=[window_start@0 as window_start, window_end@1 as window_end]",
+        "state: each open window's accumulator state",
+        "PerBatch: source=gen",
+        "UnnestExec",
+        "Source: gen, connector=datagen, watermark=order_time - INTERVAL '2' SECOND",
+    ] {
+        assert!(plan.contains(part), "{part}: {plan}");
+    }
+    // The plan each batch runs reads only the columns the aggregate needs.
+    assert!(!plan.contains("price"), "{plan}");
+}
+
+/// A source that sends nothing holds the watermark back, until the idle timeout lets it on.
+#[test]
+fn an_idle_source_stops_holding_windows_back_after_the_idle_timeout() {
+    use std::time::{Duration, Instant};
+    let script = |timeout: &str| {
+        format!(
+            "{CATALOG}; CREATE SCHEMA IF NOT EXISTS lake.shop;
+             CREATE TABLE IF NOT EXISTS lake.shop.counts (window_start TIMESTAMP, orders BIGINT);
+             {};
+             CREATE SOURCE quiet (order_id BIGINT, order_time TIMESTAMP,
+               WATERMARK FOR order_time AS order_time) WITH ('connector' = 'filesystem',
+               'path' = 'quiet', 'format' = 'json', 'source.monitor-interval' = '100ms');
+             SET 'source.idle-timeout' = '{timeout}';
+             SET 'checkpoint.interval' = '200ms';
+             INSERT INTO lake.shop.counts SELECT window_start, count(*)
+             FROM TUMBLE((SELECT order_id, order_time FROM gen UNION ALL SELECT * FROM quiet),
+               order_time, INTERVAL '1' MINUTE) GROUP BY window_start, window_end;",
+            source("2")
+        )
+    };
+    // Runs the never-ending job until it has emitted windows or `wait` has passed; the
+    // orders it emitted then.
+    let run_for = |timeout: &str, wait: Duration| {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("quiet")).unwrap();
+        std::fs::write(dir.path().join("job.sql"), script(timeout)).unwrap();
+        let mut child = common::process::floe()
+            .current_dir(dir.path())
+            .args(["-q", "-f", "job.sql"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        let mut emitted = 0;
+        while start.elapsed() < wait && emitted == 0 {
+            std::thread::sleep(Duration::from_millis(500));
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the job over a watched folder ended"
+            );
+            let out = query_csv(
+                dir.path(),
+                CATALOG,
+                "SELECT coalesce(sum(orders), 0) FROM lake.shop.counts",
+            );
+            emitted = out.lines().nth(1).unwrap_or("0").parse::<u64>().unwrap();
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        emitted
+    };
+    // Without a timeout, the quiet source holds every window back, after the orders ended too.
+    assert_eq!(run_for("none", Duration::from_secs(8)), 0);
+    // With one, the orders' watermark closes their windows.
+    let emitted = run_for("500ms", Duration::from_secs(30));
+    assert!(emitted > 0, "no window emitted");
+}

@@ -15,6 +15,8 @@ use crate::sql::Options;
 use crate::sql::statement::*;
 use crate::stream::job::Destination;
 use crate::stream::{ContinuousQuery, Job, JobStatus, QueryPlanner, Target};
+use datafusion::arrow::array::{RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::LogicalPlan;
 
@@ -23,6 +25,27 @@ impl Session {
     pub(super) async fn show_jobs(&self) -> Result<Output> {
         self.run_text(&format!("SELECT * FROM {}", self.jobs_table))
             .await
+    }
+
+    /// `EXPLAIN` of a continuous `INSERT`: its streaming plan (see
+    /// [`ContinuousQuery::explain`]), planned without starting it.
+    pub(super) async fn explain_job(&self, stmt: DFStatement) -> Result<Output> {
+        let planner = QueryPlanner::new(self.ctx.state(), stmt);
+        let (query, _) = ContinuousQuery::try_new(planner, &self.sources()).await?;
+        let plan = query.explain().await?;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("plan_type", DataType::Utf8, false),
+            Field::new("plan", DataType::Utf8, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(vec!["continuous_plan"])),
+                Arc::new(StringArray::from(vec![plan])),
+            ],
+        )
+        .map_err(|e| Error::Internal(format!("the plan: {e}")))?;
+        Ok(Output::Rows(schema, vec![batch]))
     }
 
     /// Start the continuous job for `stmt`, an `INSERT INTO target SELECT ...` that reads

@@ -268,6 +268,13 @@ impl Session {
         if is_insert && !sources.is_empty() {
             return self.start_job(stmt).await;
         }
+        if let DFStatement::Explain(e) = &stmt
+            && let DFStatement::Statement(s) = e.statement.as_ref()
+            && matches!(**s, SQLStatement::Insert(_))
+            && !sources.is_empty()
+        {
+            return self.explain_job(e.statement.as_ref().clone()).await;
+        }
         let state = self.ctx.state();
         let plan = if sources.iter().any(|s| s.is_inferred()) {
             self.plan_over_previews(state, stmt, sources).await?

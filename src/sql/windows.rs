@@ -5,7 +5,8 @@
 //! HOP(table, time_column, slide, size [, offset])      size / slide windows per row
 //! ```
 //!
-//! Each reads `table` (a source, or any table for an ad-hoc query) with two more columns,
+//! Each reads `table` (a source, any table for an ad-hoc query, or a subquery in parentheses,
+//! as `TUMBLE((SELECT ... UNION ALL SELECT ...), ts, size)`) with two more columns,
 //! `window_start` and `window_end`, of the time column's type: the windows of `size` (aligned
 //! to the epoch, shifted by `offset`) that hold the row's time. Flink's
 //! `TUMBLE(TABLE t, DESCRIPTOR(ts), ...)` spelling is taken without the `TABLE` keyword
@@ -87,15 +88,33 @@ impl RelationPlanner for WindowFunctions {
         else {
             return Ok(RelationPlanning::Original(Box::new(relation)));
         };
-        let function = match args.args.first() {
-            Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(SqlExpr::Identifier(id))))
+        // The windowed rows: a table (moved into the function's place by WindowRewriter), or
+        // a subquery (`TUMBLE((SELECT ... UNION ALL ...), ts, size)`).
+        let (function, inner) = match (args.args.first(), name.0.as_slice()) {
+            (Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(SqlExpr::Identifier(id)))), _)
                 if id.value.to_ascii_lowercase().starts_with(MARK) =>
             {
-                id.value[MARK.len()..].to_ascii_uppercase()
+                let mut inner = relation.clone();
+                if let TableFactor::Table { args, alias, .. } = &mut inner {
+                    *args = None;
+                    *alias = None;
+                }
+                (id.value[MARK.len()..].to_ascii_uppercase(), inner)
             }
+            (
+                Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(SqlExpr::Subquery(query)))),
+                [ObjectNamePart::Identifier(f)],
+            ) if FUNCTIONS.contains(&f.value.to_ascii_uppercase().as_str()) => (
+                f.value.to_ascii_uppercase(),
+                TableFactor::Derived {
+                    lateral: false,
+                    subquery: query.clone(),
+                    alias: None,
+                    sample: None,
+                },
+            ),
             _ => return Ok(RelationPlanning::Original(Box::new(relation))),
         };
-        let table = name.clone();
         let args = positional(&function, &args.args)?;
         let usage = match function.as_str() {
             "TUMBLE" => "TUMBLE(table, time_column, size [, offset])",
@@ -110,15 +129,6 @@ impl RelationPlanner for WindowFunctions {
         let intervals = if function == "TUMBLE" { 1 } else { 2 };
         if args.len() < 2 + intervals || args.len() > 3 + intervals {
             return plan_err!("{function} takes {usage}");
-        }
-        let mut inner = relation.clone();
-        if let TableFactor::Table {
-            name, args, alias, ..
-        } = &mut inner
-        {
-            *name = table;
-            *args = None;
-            *alias = None;
         }
         let input = context.plan(inner)?;
         let time_arg = descriptor(&args[1]);

@@ -23,14 +23,15 @@ use datafusion::arrow::array::{
 use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch, not};
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampMicrosecondType};
 use datafusion::common::DFSchema;
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::execution::TaskContext;
 use datafusion::execution::session_state::SessionState;
-use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan};
+use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan, LogicalPlanBuilder};
 use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::projection::ProjectionExec;
-use datafusion::physical_plan::{ExecutionPlan, collect};
+use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
 use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
 
 use super::slot::{BatchSlot, SlotExec};
@@ -166,6 +167,38 @@ pub fn aggregate_of(plan: &LogicalPlan) -> Option<&Aggregate> {
         LogicalPlan::SubqueryAlias(s) => aggregate_of(&s.input),
         _ => None,
     }
+}
+
+/// `plan` with each aggregate reading only the columns its expressions use: the plan below
+/// it runs on every batch, and would otherwise carry every column of the source.
+pub fn prune_below_aggregates(plan: LogicalPlan) -> Result<LogicalPlan> {
+    let out = plan.transform_up(|node| {
+        let LogicalPlan::Aggregate(a) = node else {
+            return Ok(Transformed::no(node));
+        };
+        let mut used = std::collections::HashSet::new();
+        for e in a.group_expr.iter().chain(&a.aggr_expr) {
+            used.extend(e.column_refs().into_iter().cloned());
+        }
+        let columns: Vec<Expr> = a
+            .input
+            .schema()
+            .columns()
+            .into_iter()
+            .filter(|c| used.contains(c))
+            .map(Expr::Column)
+            .collect();
+        if columns.len() == a.input.schema().fields().len() {
+            return Ok(Transformed::no(LogicalPlan::Aggregate(a)));
+        }
+        let input = LogicalPlanBuilder::from(a.input.as_ref().clone())
+            .project(columns)?
+            .build()?;
+        Ok(Transformed::yes(LogicalPlan::Aggregate(
+            Aggregate::try_new(Arc::new(input), a.group_expr, a.aggr_expr)?,
+        )))
+    })?;
+    Ok(out.data)
 }
 
 impl WindowAggregate {
@@ -320,6 +353,40 @@ impl WindowAggregate {
             }
         }
         Ok(late)
+    }
+
+    /// How the aggregate runs, for `EXPLAIN`: where it emits, its state, its plans.
+    pub fn explain(&self) -> String {
+        let lateness = match self.lateness {
+            us if us % 1_000_000 == 0 => format!("{}s", us / 1_000_000),
+            us => format!("{}ms", us / 1_000),
+        };
+        let mut out = format!(
+            "Emit: each window once, when the watermark passes window_end + {lateness} \
+             (window.allowed-lateness); records of a window already emitted: dead letters \
+             ('late')\n"
+        );
+        for line in displayable(self.upper.exec.as_ref())
+            .indent(true)
+            .to_string()
+            .lines()
+        {
+            if line.trim_start().starts_with("SourceBatchExec") {
+                break;
+            }
+            out.push_str(&format!("  {line}\n"));
+        }
+        out.push_str(&format!(
+            "  WindowAggregate: {}\n    state: each open window's accumulator state (as \
+             AggregateExec mode=Partial gives it), merged every {COMPACT_AFTER} batches and \
+             saved with each checkpoint\n",
+            displayable(self.finish.exec.as_ref())
+                .one_line()
+                .to_string()
+                .trim_end()
+                .replace("AggregateExec: mode=Final, ", "")
+        ));
+        out
     }
 
     /// The schema of the state's batches.

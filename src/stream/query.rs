@@ -22,9 +22,9 @@ use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::TaskContext;
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::{Expr, LogicalPlan, Projection, TableScan};
-use datafusion::physical_plan::{ExecutionPlan, collect};
+use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
 
-use super::aggregate::{WindowAggregate, aggregate_of};
+use super::aggregate::{WindowAggregate, aggregate_of, prune_below_aggregates};
 use super::planner::{Planned, QueryPlanner, missing_column};
 use super::slot::{BatchSlot, INPUT_ROW, SlotTable};
 use super::source_table::SourceTable;
@@ -253,6 +253,42 @@ impl ContinuousQuery {
         Ok(window)
     }
 
+    /// The streaming plan, for `EXPLAIN`: where rows are emitted, the state kept, the plan
+    /// each batch runs through, and the sources with their watermarks.
+    pub async fn explain(&self) -> Result<String> {
+        let mut out = String::new();
+        let indent = match &self.window {
+            Some(w) => {
+                out.push_str(&w.explain());
+                "    "
+            }
+            None => {
+                out.push_str("Emit: each batch's rows, as it is read\n");
+                "  "
+            }
+        };
+        for (name, (def, _)) in &self.sources {
+            let plan = self.plan_for(name, &def.schema).await?;
+            let exec = plan.exec.clone().map_err(Error::Plan)?;
+            out.push_str(&format!("{indent}PerBatch: source={name}\n"));
+            for line in displayable(exec.as_ref()).indent(true).to_string().lines() {
+                out.push_str(&format!("{indent}  {line}\n"));
+            }
+        }
+        for def in self.sources.values().map(|(d, _)| d) {
+            let watermark = match &def.watermark {
+                Some(w) => format!("watermark={} (event time {})", w.expr, w.column),
+                None => "no watermark".to_string(),
+            };
+            out.push_str(&format!(
+                "Source: {}, connector={}, {watermark}\n",
+                def.name,
+                def.connector_name()
+            ));
+        }
+        Ok(out)
+    }
+
     /// The query's windowed aggregate, when it has one: [`Self::run`] gives its input rows.
     pub fn window(&self) -> Option<&WindowAggregate> {
         self.window.as_ref()
@@ -280,7 +316,10 @@ impl ContinuousQuery {
                 inputs.insert(name.clone(), schema);
             }
             match self.planner.plan(tables).await {
-                Ok(planned) => return Ok((planned, inputs)),
+                Ok(mut planned) => {
+                    planned.plan = prune_below_aggregates(planned.plan)?;
+                    return Ok((planned, inputs));
+                }
                 Err(e) => match missing_column(&e) {
                     Some(name) if inferred && !nulls.contains(&name) => {
                         if let Ok(mut n) = self.nulls.lock() {
