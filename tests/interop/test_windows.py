@@ -1,0 +1,134 @@
+"""Windowed aggregates checked against an independent computation.
+
+Events (JSON lines) come out of order, some far too late. The windows floe writes are read
+back through pyiceberg and DuckDB's iceberg_scan and compared with what DuckDB computes from the
+same events, lateness decided here in Python by the rule floe documents: a record is late when
+the watermark before it (the largest event time so far, less the allowed disorder) has passed
+the end of its window. The late records are exactly floe's dead letters.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+from pathlib import Path
+
+from conftest import SqlLake
+
+BASE = dt.datetime(2024, 5, 1, 10, 0, 0)
+EVENTS = 6000
+DELAY_S = 3  # WATERMARK FOR ts AS ts - INTERVAL '3' SECOND
+
+
+def make_events(path: Path) -> list[dict]:
+    rng = random.Random(7)
+    events = []
+    for i in range(EVENTS):
+        # One event every 200 ms, up to 8 s early; every 500th is 5 minutes behind.
+        ms = i * 200 - rng.randint(0, 8000) - (300_000 if i % 500 == 499 else 0)
+        events.append(
+            {
+                "id": i,
+                "user_id": rng.randint(1, 40),
+                "region": rng.choice(["eu", "us", "ap"]),
+                "latency_ms": rng.randint(5, 900),
+                "ts": (BASE + dt.timedelta(milliseconds=ms)).isoformat(timespec="milliseconds"),
+            }
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return events
+
+
+def on_time(events: list[dict], size_s: int, slide_s: int) -> tuple[list[dict], set[int]]:
+    """(record, window) pairs whose window was still open when the record came, and the ids
+    of records late for at least one of their windows."""
+    kept, late = [], set()
+    watermark = None
+    for e in events:
+        ts = dt.datetime.fromisoformat(e["ts"])
+        epoch = (ts - dt.datetime(1970, 1, 1)).total_seconds()
+        last_start = int(epoch // slide_s) * slide_s
+        for k in range(size_s // slide_s):
+            start = last_start - k * slide_s
+            end = start + size_s
+            end_ts = dt.datetime(1970, 1, 1) + dt.timedelta(seconds=end)
+            if watermark is not None and end_ts <= watermark:
+                late.add(e["id"])
+            else:
+                kept.append({**e, "window_start": dt.datetime(1970, 1, 1) + dt.timedelta(seconds=start)})
+        mark = ts - dt.timedelta(seconds=DELAY_S)
+        watermark = mark if watermark is None or mark > watermark else watermark
+    return kept, late
+
+
+def expected(duck, rows: list[dict], sql: str) -> list[tuple]:
+    import pyarrow as pa
+
+    duck.register("kept", pa.Table.from_pylist(rows))
+    try:
+        return [tuple(r) for r in duck.execute(sql).fetchall()]
+    finally:
+        duck.unregister("kept")
+
+
+def test_windows_match_an_independent_computation(run_lake, lake: SqlLake, duck, tmp_path: Path):
+    events = make_events(tmp_path / "events" / "events.jsonl")
+    run_lake(
+        "CREATE SCHEMA lake.web",
+        "CREATE TABLE lake.web.per_minute (window_start TIMESTAMP, window_end TIMESTAMP, "
+        "region STRING, views BIGINT, users BIGINT, latency BIGINT, slowest BIGINT) "
+        "PARTITIONED BY (region)",
+        "CREATE TABLE lake.web.busy (window_start TIMESTAMP, views BIGINT)",
+        f"CREATE SOURCE events (id BIGINT, user_id BIGINT, region STRING, latency_ms BIGINT, "
+        f"ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '{DELAY_S}' SECOND) "
+        f"WITH ('connector' = 'filesystem', 'path' = '{tmp_path / 'events'}', 'format' = 'json')",
+        f"SET 'state.dir' = '{tmp_path / 'state'}'",
+        "SET 'table.dml-sync' = 'true'",
+        "SET 'pipeline.name' = 'per-minute'",
+        "INSERT INTO lake.web.per_minute SELECT window_start, window_end, region, count(*), "
+        "count(DISTINCT user_id), sum(latency_ms), max(latency_ms) "
+        "FROM TUMBLE(events, ts, INTERVAL '1' MINUTE) GROUP BY window_start, window_end, region",
+        "SET 'pipeline.name' = 'busy'",
+        "INSERT INTO lake.web.busy SELECT window_start, count(*) "
+        "FROM HOP(events, ts, INTERVAL '30' SECOND, INTERVAL '2' MINUTE) "
+        "GROUP BY window_start, window_end",
+    )
+
+    kept, late_minute = on_time(events, 60, 60)
+    want_minutes = expected(
+        duck,
+        kept,
+        "SELECT window_start, window_start + INTERVAL 1 MINUTE, region, count(*), "
+        "count(DISTINCT user_id), sum(latency_ms), max(latency_ms) FROM kept "
+        "GROUP BY ALL ORDER BY 1, 3",
+    )
+    assert len(want_minutes) > 50 and late_minute, "the events give windows and late records"
+
+    catalog = lake.pyiceberg()
+    got = catalog.load_table("web.per_minute").scan().to_arrow().sort_by(
+        [("window_start", "ascending"), ("region", "ascending")]
+    )
+    assert [tuple(r.values()) for r in got.to_pylist()] == want_minutes
+
+    loc = catalog.load_table("web.per_minute").metadata_location
+    through_duck = duck.execute(
+        f"SELECT * FROM iceberg_scan('{loc}') ORDER BY window_start, region"
+    ).fetchall()
+    assert [tuple(r) for r in through_duck] == want_minutes
+
+    kept_hops, late_hop = on_time(events, 120, 30)
+    want_hops = expected(
+        duck, kept_hops, "SELECT window_start, count(*) FROM kept GROUP BY ALL ORDER BY 1"
+    )
+    busy = catalog.load_table("web.busy").scan().to_arrow().sort_by("window_start")
+    assert [tuple(r.values()) for r in busy.to_pylist()] == want_hops
+
+    # The late records, and only they, are dead letters, each with its line and the reason.
+    letters = catalog.load_table("web.dead_letters").scan().to_arrow().to_pylist()
+    by_job: dict[str, set[int]] = {}
+    for letter in letters:
+        assert letter["error"].startswith("late: its window ended at"), letter["error"]
+        by_job.setdefault(letter["job"], set()).add(json.loads(letter["payload"])["id"])
+    assert by_job == {"per-minute": late_minute, "busy": late_hop}
