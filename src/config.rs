@@ -41,6 +41,9 @@ pub struct FloeOptions {
     /// `source.idle-timeout`: a source without records for this long no longer holds the
     /// job's watermark back (none: a source holds it until it ends).
     pub idle_timeout: Option<Duration>,
+    /// `lookup.refresh-interval`: how often a continuous job reads again a table it joins
+    /// its stream with (a lookup join).
+    pub lookup_refresh: Duration,
 }
 
 impl Default for FloeOptions {
@@ -53,6 +56,7 @@ impl Default for FloeOptions {
             maintenance: BTreeMap::new(),
             allowed_lateness: Duration::ZERO,
             idle_timeout: None,
+            lookup_refresh: Duration::from_secs(60),
         }
     }
 }
@@ -63,6 +67,7 @@ const STATE_DIR: &str = "state.dir";
 const DML_SYNC: &str = "table.dml-sync";
 const ALLOWED_LATENESS: &str = "window.allowed-lateness";
 const IDLE_TIMEOUT: &str = "source.idle-timeout";
+const LOOKUP_REFRESH: &str = "lookup.refresh-interval";
 
 fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
@@ -127,6 +132,11 @@ impl ExtensionOptions for FloeOptions {
                     DataFusionError::Configuration(format!("floe.{ALLOWED_LATENESS}: {e}"))
                 })?;
             }
+            LOOKUP_REFRESH => {
+                self.lookup_refresh = parse_duration(value).map_err(|e| {
+                    DataFusionError::Configuration(format!("floe.{LOOKUP_REFRESH}: {e}"))
+                })?;
+            }
             IDLE_TIMEOUT => {
                 self.idle_timeout = match value.trim() {
                     "" | "0" | "none" => None,
@@ -146,7 +156,8 @@ impl ExtensionOptions for FloeOptions {
                 return Err(DataFusionError::Configuration(format!(
                     "unknown setting 'floe.{other}'; floe's settings are floe.{PIPELINE_NAME}, \
                      floe.{CHECKPOINT_INTERVAL}, floe.{STATE_DIR}, floe.{DML_SYNC}, \
-                     floe.{ALLOWED_LATENESS}, floe.{IDLE_TIMEOUT} and floe.{MAINTENANCE_PREFIX}*"
+                     floe.{ALLOWED_LATENESS}, floe.{IDLE_TIMEOUT}, floe.{LOOKUP_REFRESH} and \
+                     floe.{MAINTENANCE_PREFIX}*"
                 )));
             }
         }
@@ -180,6 +191,11 @@ impl ExtensionOptions for FloeOptions {
                 key: format!("floe.{ALLOWED_LATENESS}"),
                 value: Some(format_duration(self.allowed_lateness)),
                 description: "How long after its end a window waits for late records.",
+            },
+            ConfigEntry {
+                key: format!("floe.{LOOKUP_REFRESH}"),
+                value: Some(format_duration(self.lookup_refresh)),
+                description: "How often a continuous job reads again a table it looks up.",
             },
             ConfigEntry {
                 key: format!("floe.{IDLE_TIMEOUT}"),

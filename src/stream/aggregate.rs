@@ -26,7 +26,9 @@ use datafusion::common::DFSchema;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::execution::TaskContext;
 use datafusion::execution::session_state::SessionState;
+use datafusion::logical_expr::simplify::SimplifyContext;
 use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan, LogicalPlanBuilder};
+use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
 use datafusion::physical_plan::filter::FilterExec;
@@ -245,13 +247,16 @@ impl WindowAggregate {
         let input_end = WindowColumn::find(input.fields().iter().map(AsRef::as_ref))
             .ok_or_else(|| Error::Internal("the windowed rows have no window column".into()))?;
         let props = state.execution_props();
+        // Simplified as DataFusion's optimizer would (`coalesce` runs only as a CASE), under
+        // their own names, which the plan above reads them by.
+        let simplify = simplifier(state, logical_input);
         let group_by = PhysicalGroupBy::new_single(
             aggregate
                 .group_expr
                 .iter()
                 .map(|e| {
                     Ok((
-                        create_physical_expr(e, logical_input, props)?,
+                        create_physical_expr(&simplify(e)?, logical_input, props)?,
                         datafusion::logical_expr::expr::physical_name(e)?,
                     ))
                 })
@@ -260,8 +265,9 @@ impl WindowAggregate {
         let mut aggregates = Vec::new();
         let mut filters = Vec::new();
         for e in &aggregate.aggr_expr {
+            let named = simplify(&e.clone().unalias())?.alias(e.schema_name().to_string());
             let (agg, filter, _) =
-                create_aggregate_expr_and_maybe_filter(e, logical_input, &input, props)?;
+                create_aggregate_expr_and_maybe_filter(&named, logical_input, &input, props)?;
             aggregates.push(agg);
             filters.push(filter);
         }
@@ -499,6 +505,15 @@ fn unsupported(why: &str) -> Error {
     Error::Plan(format!("this INSERT cannot run continuously: {why}"))
 }
 
+/// Simplifies expressions over `schema` as DataFusion's optimizer does before planning.
+fn simplifier(state: &SessionState, schema: &Arc<DFSchema>) -> impl Fn(&Expr) -> Result<Expr> {
+    let context = SimplifyContext::default()
+        .with_schema(schema.clone())
+        .with_config_options(state.config_options().clone())
+        .with_current_time();
+    move |e: &Expr| Ok(ExprSimplifier::new(context.clone()).simplify(e.clone())?)
+}
+
 /// Microseconds since the epoch as a timestamp.
 fn show_micros(micros: i64) -> String {
     chrono::DateTime::from_timestamp_micros(micros)
@@ -514,8 +529,12 @@ fn above(
     state: &SessionState,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let props = state.execution_props();
-    let physical = |e: &Expr, schema: &DFSchema| -> Result<Arc<dyn PhysicalExpr>> {
-        Ok(create_physical_expr(e, schema, props)?)
+    let physical = |e: &Expr, schema: &Arc<DFSchema>| -> Result<Arc<dyn PhysicalExpr>> {
+        Ok(create_physical_expr(
+            &simplifier(state, schema)(e)?,
+            schema,
+            props,
+        )?)
     };
     Ok(match plan {
         LogicalPlan::Aggregate(_) => leaf,

@@ -4,6 +4,7 @@
 pub mod aggregate;
 pub mod barrier;
 pub mod job;
+pub mod lookup;
 pub mod maintain;
 pub mod planner;
 pub mod query;

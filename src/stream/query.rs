@@ -22,9 +22,11 @@ use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::TaskContext;
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::{Expr, LogicalPlan, Projection, TableScan};
+use datafusion::physical_plan::execution_plan::reset_plan_states;
 use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
 
 use super::aggregate::{WindowAggregate, aggregate_of, prune_below_aggregates};
+use super::lookup::{Lookups, unsupported_join};
 use super::planner::{Planned, QueryPlanner, missing_column};
 use super::slot::{BatchSlot, INPUT_ROW, SlotTable};
 use super::source_table::SourceTable;
@@ -46,6 +48,8 @@ pub struct ContinuousQuery {
     task: Arc<TaskContext>,
     /// The query's windowed aggregate, when it has one: the plans above run on its rows.
     window: Option<WindowAggregate>,
+    /// The tables it joins its stream with, read as of processing time.
+    lookups: Lookups,
 }
 
 /// Plans by source and batch schema, and the columns of those schemas in all.
@@ -62,6 +66,8 @@ struct Plan {
     numbered: bool,
     /// The source's schema as planned: the batch's, with NULL columns for names it lacks.
     input: SchemaRef,
+    /// Whether it joins (and so keeps state from one run to the next, to be reset).
+    joins: bool,
 }
 
 /// At most this many plans are kept, for schemas of at most [`MAX_PLANNED_COLUMNS`] columns
@@ -124,11 +130,18 @@ fn check_row_wise(plan: &LogicalPlan) -> Result<()> {
             | LogicalPlan::SubqueryAlias(_)
             | LogicalPlan::Union(_)
             | LogicalPlan::Unnest(_) => true,
+            LogicalPlan::Join(join) => {
+                if let Some(why) = unsupported_join(join) {
+                    bad = Some(why);
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+                true
+            }
             LogicalPlan::TableScan(scan) => {
                 if !reads_slot(scan) {
                     bad = Some(format!(
                         "it reads table {}, which is not a source; a continuous INSERT reads \
-                         sources only (CREATE SOURCE)",
+                         sources (CREATE SOURCE), and tables only to join with them",
                         scan.table_name
                     ));
                     return Ok(TreeNodeRecursion::Stop);
@@ -167,6 +180,7 @@ impl ContinuousQuery {
         sources: &BTreeMap<String, SourceRef>,
     ) -> Result<(Self, LogicalPlan)> {
         let executor = executor(planner.state());
+        let refresh = floe_options(&executor).lookup_refresh;
         let mut query = Self {
             sources: sources
                 .iter()
@@ -178,6 +192,7 @@ impl ContinuousQuery {
             task: executor.task_ctx(),
             executor,
             window: None,
+            lookups: Lookups::new(refresh),
         };
         let schemas = query
             .sources
@@ -226,14 +241,7 @@ impl ContinuousQuery {
                     .map_err(|e| Error::Internal(format!("the windowed rows: {e}")))?,
             );
         }
-        let lateness = self
-            .executor
-            .config()
-            .options()
-            .extensions
-            .get::<crate::config::FloeOptions>()
-            .map(|o| o.allowed_lateness)
-            .unwrap_or_default();
+        let lateness = floe_options(&self.executor).allowed_lateness;
         let window = WindowAggregate::try_new(
             rows,
             input,
@@ -274,6 +282,12 @@ impl ContinuousQuery {
             for line in displayable(exec.as_ref()).indent(true).to_string().lines() {
                 out.push_str(&format!("{indent}  {line}\n"));
             }
+        }
+        for name in self.lookups.names() {
+            out.push_str(&format!(
+                "Lookup: {name}, read whole every {:?} (lookup.refresh-interval)\n",
+                self.lookups.interval()
+            ));
         }
         for def in self.sources.values().map(|(d, _)| d) {
             let watermark = match &def.watermark {
@@ -317,6 +331,7 @@ impl ContinuousQuery {
             }
             match self.planner.plan(tables).await {
                 Ok(mut planned) => {
+                    planned.plan = self.lookups.wrap(planned.plan)?;
                     planned.plan = prune_below_aggregates(planned.plan)?;
                     return Ok((planned, inputs));
                 }
@@ -369,6 +384,7 @@ impl ContinuousQuery {
                     Err(e) => Err(e.to_string()),
                 };
                 Plan {
+                    joins: exec.as_ref().is_ok_and(|e| has_join(e.as_ref())),
                     exec,
                     numbered,
                     input: inputs[source].clone(),
@@ -378,6 +394,7 @@ impl ContinuousQuery {
                 exec: Err(e.to_string()),
                 numbered: false,
                 input: schema.clone(),
+                joins: false,
             },
             Err(e) => return Err(e),
         });
@@ -413,11 +430,18 @@ impl ContinuousQuery {
             .get(source)
             .ok_or_else(|| Error::Internal(format!("query has no source '{source}'")))?;
         let plan = self.plan_for(source, &batch.schema()).await?;
+        self.lookups.refresh(&self.executor).await?;
         let exec = plan.exec.clone().map_err(|why| {
             Error::Record(Reject::new(format!(
                 "the query cannot run on these records: {why}"
             )))
         })?;
+        // A join keeps what it built from one run for the next: each run starts it afresh.
+        let exec = if plan.joins {
+            reset_plan_states(exec)?
+        } else {
+            exec
+        };
         let batch = if plan.input.fields().len() > batch.num_columns() {
             add_null_columns(&plan.input, batch)?
         } else {
@@ -471,6 +495,7 @@ fn numbered(plan: LogicalPlan) -> Result<LogicalPlan> {
                     .and_then(|p| {
                         p.as_any()
                             .downcast_ref::<SlotTable>()
+                            .filter(|t| !t.is_lookup())
                             .map(SlotTable::numbered)
                     })
                 else {
@@ -493,7 +518,12 @@ fn numbered(plan: LogicalPlan) -> Result<LogicalPlan> {
                 mut expr, input, ..
             }) => {
                 let schema = input.schema();
-                let (qualifier, field) = schema.qualified_field(schema.fields().len() - 1);
+                let Some(i) = schema.fields().iter().position(|f| f.name() == INPUT_ROW) else {
+                    return Err(datafusion::error::DataFusionError::Plan(
+                        "the query's rows could not be numbered".into(),
+                    ));
+                };
+                let (qualifier, field) = schema.qualified_field(i);
                 expr.push(Expr::Column(Column::from((qualifier, field))));
                 LogicalPlan::Projection(Projection::try_new(expr, input)?)
             }
@@ -516,16 +546,38 @@ fn numbered(plan: LogicalPlan) -> Result<LogicalPlan> {
 /// `SET` included, its memory pool and functions), with one partition, as the plan is
 /// re-executed per batch, which row-wise operators allow.
 pub fn executor(state: &SessionState) -> SessionState {
-    let config = state
+    let mut config = state
         .config()
         .clone()
         .with_target_partitions(1)
         .with_coalesce_batches(false)
         // The catalogs are the session's own, shared: a new default one would replace its.
         .with_create_default_catalog_and_schema(false);
+    // A filter one run's join derives from its build side must not narrow the next run's.
+    let optimizer = &mut config.options_mut().optimizer;
+    optimizer.enable_dynamic_filter_pushdown = false;
+    optimizer.enable_join_dynamic_filter_pushdown = false;
+    optimizer.enable_topk_dynamic_filter_pushdown = false;
+    optimizer.enable_aggregate_dynamic_filter_pushdown = false;
     SessionStateBuilder::new_from_existing(state.clone())
         .with_config(config)
         .build()
+}
+
+/// Whether `plan` has a join in it.
+fn has_join(plan: &dyn ExecutionPlan) -> bool {
+    plan.name().contains("Join") || plan.children().iter().any(|c| has_join(c.as_ref()))
+}
+
+/// floe's settings in `state`.
+fn floe_options(state: &SessionState) -> crate::config::FloeOptions {
+    state
+        .config()
+        .options()
+        .extensions
+        .get::<crate::config::FloeOptions>()
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// The rows a statement's plan produces: an INSERT's input, or the query itself.

@@ -67,6 +67,8 @@ pub struct SlotTable {
     slot: Arc<BatchSlot>,
     /// Whether the last column of `schema` is [`INPUT_ROW`], added to each batch.
     numbered: bool,
+    /// For a looked-up table (`stream::lookup`), not a source: its name.
+    lookup: Option<String>,
 }
 
 impl SlotTable {
@@ -75,7 +77,23 @@ impl SlotTable {
             schema,
             slot,
             numbered: false,
+            lookup: None,
         }
+    }
+
+    /// Table `name`, looked up: its rows as last read are in `slot`.
+    pub fn lookup(schema: SchemaRef, slot: Arc<BatchSlot>, name: String) -> Self {
+        Self {
+            schema,
+            slot,
+            numbered: false,
+            lookup: Some(name),
+        }
+    }
+
+    /// Whether this is a looked-up table rather than a source.
+    pub fn is_lookup(&self) -> bool {
+        self.lookup.is_some()
     }
 
     /// This table with an [`INPUT_ROW`] column after its own.
@@ -89,6 +107,7 @@ impl SlotTable {
             )),
             slot: self.slot.clone(),
             numbered: true,
+            lookup: self.lookup.clone(),
         }
     }
 }
@@ -121,6 +140,7 @@ impl TableProvider for SlotTable {
         Ok(Arc::new(SlotExec {
             slot: self.slot.clone(),
             numbered: self.numbered.then(|| self.schema.clone()),
+            lookup: self.lookup.clone(),
             projection: projection.cloned(),
             properties: properties(&schema),
             schema,
@@ -143,6 +163,8 @@ pub struct SlotExec {
     slot: Arc<BatchSlot>,
     /// The table's schema when its batches get an [`INPUT_ROW`] column.
     numbered: Option<SchemaRef>,
+    /// The looked-up table it reads, if it reads one.
+    lookup: Option<String>,
     projection: Option<Vec<usize>>,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
@@ -154,6 +176,7 @@ impl SlotExec {
         Arc::new(SlotExec {
             slot,
             numbered: None,
+            lookup: None,
             projection: None,
             properties: properties(&schema),
             schema,
@@ -163,7 +186,14 @@ impl SlotExec {
 
 impl DisplayAs for SlotExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SourceBatchExec: projection={:?}", self.projection)
+        match &self.lookup {
+            Some(table) => write!(
+                f,
+                "LookupExec: table={table}, projection={:?}",
+                self.projection
+            ),
+            None => write!(f, "SourceBatchExec: projection={:?}", self.projection),
+        }
     }
 }
 

@@ -1,0 +1,163 @@
+//! Lookup joins: a stream joined with a lake table run three ways (straight, frequent
+//! checkpoints, killed and restarted) gives the same rows; and a table updated while the job
+//! runs is seen by the rows read after the update.
+
+mod common;
+
+use common::process::{floe_ok, kill_and_restart, query_csv, run_script_to_end};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const ROWS: u64 = 240_000;
+
+const CATALOG: &str = "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql', \
+                       'uri' = 'sqlite:lake/catalog.db', 'warehouse' = 'lake/warehouse')";
+
+/// Customers 1..=8000 (the orders' customer ids run to 10,000): a third of them gold.
+fn setup(dir: &Path) {
+    floe_ok(
+        dir,
+        &[
+            "-q",
+            "-c",
+            &format!(
+                "{CATALOG}; CREATE SCHEMA lake.shop;
+                 CREATE TABLE lake.shop.customers (id BIGINT, segment STRING, discount DOUBLE);
+                 INSERT INTO lake.shop.customers SELECT value,
+                   CASE WHEN value % 3 = 0 THEN 'gold' ELSE 'std' END,
+                   CASE WHEN value % 3 = 0 THEN 0.1 ELSE 0.0 END
+                 FROM generate_series(1, 8000);
+                 CREATE TABLE lake.shop.enriched (order_id BIGINT, customer_id BIGINT,
+                   segment STRING, paid DOUBLE, region STRING)"
+            ),
+        ],
+    );
+}
+
+fn script(interval: &str, rate: u64, refresh: &str) -> String {
+    format!(
+        "{CATALOG};
+         CREATE SOURCE gen WITH ('connector' = 'datagen', 'profile' = 'orders',
+           'number-of-rows' = '{ROWS}', 'rows-per-second' = '{rate}', 'seed' = '42');
+         SET 'pipeline.name' = 'enrich';
+         SET 'checkpoint.interval' = '{interval}';
+         SET 'lookup.refresh-interval' = '{refresh}';
+         INSERT INTO lake.shop.enriched
+         SELECT o.order_id, o.customer_id, coalesce(c.segment, 'unknown'),
+                round(o.price * o.quantity * (1 - coalesce(c.discount, 0)), 2), o.region
+         FROM gen o LEFT JOIN lake.shop.customers c ON o.customer_id = c.id
+         WHERE o.status <> 'new';"
+    )
+}
+
+fn summary(dir: &Path) -> String {
+    query_csv(
+        dir,
+        CATALOG,
+        "SELECT segment, count(*) AS n, count(DISTINCT order_id) AS ids, sum(order_id) AS s,
+           round(sum(paid), 2) AS paid, min(customer_id) AS lo, max(customer_id) AS hi
+         FROM lake.shop.enriched GROUP BY segment ORDER BY segment",
+    )
+}
+
+#[test]
+fn a_lookup_join_killed_and_restarted_gives_the_same_rows() {
+    let straight = tempfile::tempdir().unwrap();
+    setup(straight.path());
+    run_script_to_end(straight.path(), &script("1h", 60_000, "1m"));
+    let expected = summary(straight.path());
+    assert_eq!(
+        expected.lines().count(),
+        4,
+        "gold, std, unknown: {expected}"
+    );
+    // What a batch query over the same orders and customers gives.
+    let batch = query_csv(
+        straight.path(),
+        &format!(
+            "{CATALOG}; CREATE SOURCE gen WITH ('connector' = 'datagen', 'profile' = 'orders', \
+             'number-of-rows' = '{ROWS}', 'seed' = '42')"
+        ),
+        "SELECT coalesce(c.segment, 'unknown') AS segment, count(*) AS n,
+           count(DISTINCT o.order_id) AS ids, sum(o.order_id) AS s,
+           round(sum(round(o.price * o.quantity * (1 - coalesce(c.discount, 0)), 2)), 2) AS paid,
+           min(o.customer_id) AS lo, max(o.customer_id) AS hi
+         FROM gen o LEFT JOIN lake.shop.customers c ON o.customer_id = c.id
+         WHERE o.status <> 'new' GROUP BY 1 ORDER BY 1",
+    );
+    assert_eq!(expected, batch, "the job's rows are the batch query's");
+
+    let frequent = tempfile::tempdir().unwrap();
+    setup(frequent.path());
+    run_script_to_end(frequent.path(), &script("50ms", 60_000, "1m"));
+    assert_eq!(summary(frequent.path()), expected, "frequent checkpoints");
+
+    let killed = tempfile::tempdir().unwrap();
+    setup(killed.path());
+    let kills = kill_and_restart(killed.path(), &script("100ms", 60_000, "1m"), 550);
+    assert!(
+        kills >= 3,
+        "the job ended too soon to be killed: only {kills} kills"
+    );
+    assert_eq!(summary(killed.path()), expected, "killed and restarted");
+}
+
+#[test]
+fn a_table_updated_while_the_job_runs_is_seen_after_the_refresh_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    setup(dir.path());
+    std::fs::write(dir.path().join("job.sql"), script("200ms", 20_000, "200ms")).unwrap();
+    let mut job = common::process::floe()
+        .current_dir(dir.path())
+        .args(["-q", "-f", "job.sql"])
+        .spawn()
+        .unwrap();
+    // Once the job has written rows, every gold customer becomes platinum.
+    let start = Instant::now();
+    loop {
+        assert!(start.elapsed() < Duration::from_secs(60), "no rows written");
+        std::thread::sleep(Duration::from_millis(300));
+        let out = query_csv(
+            dir.path(),
+            CATALOG,
+            "SELECT count(*) FROM lake.shop.enriched",
+        );
+        if out.lines().nth(1).is_some_and(|n| n != "0") {
+            break;
+        }
+    }
+    floe_ok(
+        dir.path(),
+        &[
+            "-q",
+            "-c",
+            &format!(
+                "{CATALOG}; UPDATE lake.shop.customers SET segment = 'platinum' \
+                 WHERE segment = 'gold'"
+            ),
+        ],
+    );
+    assert!(job.wait().unwrap().success());
+    let out = query_csv(
+        dir.path(),
+        CATALOG,
+        "SELECT segment, count(*) AS n, min(order_id) AS first, max(order_id) AS last
+         FROM lake.shop.enriched WHERE segment IN ('gold', 'platinum') GROUP BY 1 ORDER BY 1",
+    );
+    let rows: Vec<Vec<u64>> = out
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').skip(1).map(|v| v.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(
+        rows.len(),
+        2,
+        "gold before the update, platinum after: {out}"
+    );
+    let (gold, platinum) = (&rows[0], &rows[1]);
+    assert!(
+        gold[2] < platinum[1],
+        "every order read after the refresh sees the new segment: {out}"
+    );
+    assert!(gold[0] > 0 && platinum[0] > 0, "{out}");
+}
