@@ -34,6 +34,10 @@ const HOP: &str = "SELECT window_start, window_end, count(*) AS orders,
        approx_distinct(customer_id) AS customers, min(order_id) AS first
      FROM HOP(gen, order_time, INTERVAL '1' MINUTE, INTERVAL '5' MINUTE)
      GROUP BY window_start, window_end HAVING count(*) > 100";
+const CUMULATE: &str = "SELECT window_start, window_end, region, count(*) AS orders,
+       sum(quantity) AS items
+     FROM CUMULATE(gen, order_time, INTERVAL '10' MINUTE, INTERVAL '1' HOUR)
+     GROUP BY window_start, window_end, region";
 
 fn script(interval: &str, delay: &str) -> String {
     format!(
@@ -49,7 +53,11 @@ fn script(interval: &str, delay: &str) -> String {
          SET 'pipeline.name' = 'per-minute';
          INSERT INTO lake.shop.per_minute {TUMBLE};
          SET 'pipeline.name' = 'five-minutes';
-         INSERT INTO lake.shop.five_minutes {HOP};",
+         INSERT INTO lake.shop.five_minutes {HOP};
+         CREATE TABLE IF NOT EXISTS lake.shop.running (window_start TIMESTAMP,
+           window_end TIMESTAMP, region STRING, orders BIGINT, items BIGINT);
+         SET 'pipeline.name' = 'running';
+         INSERT INTO lake.shop.running {CUMULATE};",
         source(delay)
     )
 }
@@ -59,11 +67,12 @@ fn tables(dir: &Path) -> String {
     let q = |sql: &str| query_csv(dir, CATALOG, sql);
     let per_minute = q("SELECT * FROM lake.shop.per_minute ORDER BY window_start, region");
     let five = q("SELECT * FROM lake.shop.five_minutes ORDER BY window_start");
+    let running = q("SELECT * FROM lake.shop.running ORDER BY window_start, window_end, region");
     let late = q(
         "SELECT job, count(*) AS late, count(DISTINCT payload) AS records,
                     min(error) AS error FROM lake.shop.dead_letters GROUP BY job ORDER BY job",
     );
-    format!("{per_minute}\n{five}\n{late}")
+    format!("{per_minute}\n{five}\n{running}\n{late}")
 }
 
 /// Each window once: no (window, region) twice in the per-minute table, no window twice in
@@ -95,8 +104,10 @@ fn windows_killed_and_restarted_are_emitted_once_with_the_same_rows() {
         "a row per minute and region: {expected}"
     );
     assert!(
-        expected.contains("per-minute,") && expected.contains("five-minutes,"),
-        "late records dead-lettered for both jobs: {expected}"
+        expected.contains("per-minute,")
+            && expected.contains("five-minutes,")
+            && expected.contains("running,"),
+        "late records dead-lettered for every job: {expected}"
     );
     assert!(expected.contains("late: its window ended at"), "{expected}");
     assert_each_window_once(straight.path());
@@ -125,7 +136,7 @@ fn windows_hold_what_a_batch_query_over_the_same_records_gives() {
     let shop = q("SELECT table_name FROM lake.information_schema.tables
                   WHERE table_schema = 'shop' ORDER BY 1");
     assert_eq!(
-        shop, "table_name\nfive_minutes\nper_minute\n",
+        shop, "table_name\nfive_minutes\nper_minute\nrunning\n",
         "no dead letters: no record is late when the watermark allows the disorder"
     );
     let setup = format!("{CATALOG}; {}", source("10"));
@@ -145,6 +156,10 @@ fn windows_hold_what_a_batch_query_over_the_same_records_gives() {
     assert_eq!(
         q("SELECT * FROM lake.shop.five_minutes ORDER BY window_start"),
         hop
+    );
+    assert_eq!(
+        q("SELECT * FROM lake.shop.running ORDER BY window_start, window_end, region"),
+        batch(CUMULATE, "window_start, window_end, region")
     );
 }
 

@@ -3,6 +3,8 @@
 //! ```text
 //! TUMBLE(table, time_column, size [, offset])          one window per row
 //! HOP(table, time_column, slide, size [, offset])      size / slide windows per row
+//! CUMULATE(table, time_column, step, size [, offset])  windows of a size-window's start,
+//!                                                      ending every step: running totals
 //! ```
 //!
 //! Each reads `table` (a source, any table for an ad-hoc query, or a subquery in parentheses,
@@ -31,8 +33,9 @@ use datafusion::sql::sqlparser::ast::{
 pub const WINDOW_START: &str = "window_start";
 pub const WINDOW_END: &str = "window_end";
 
-/// How far back a window starts, while `HOP` spreads rows over their windows.
-const HOP_BACK: &str = "__floe_hop";
+/// How far from the window start a window starts (`HOP`) or ends (`CUMULATE`), while a row is
+/// spread over its windows.
+const SPREAD: &str = "__floe_window_offset";
 
 /// Plans `TUMBLE(...)` and `HOP(...)` in `FROM`.
 #[derive(Debug, Default)]
@@ -119,10 +122,12 @@ impl RelationPlanner for WindowFunctions {
         let usage = match function.as_str() {
             "TUMBLE" => "TUMBLE(table, time_column, size [, offset])",
             "HOP" => "HOP(table, time_column, slide, size [, offset])",
+            "CUMULATE" => "CUMULATE(table, time_column, step, size [, offset])",
             other => {
                 return plan_err!(
                     "{other} windows are not supported yet; use TUMBLE(table, time_column, \
-                     size) or HOP(table, time_column, slide, size)"
+                     size), HOP(table, time_column, slide, size) or CUMULATE(table, \
+                     time_column, step, size)"
                 );
             }
         };
@@ -150,11 +155,16 @@ impl RelationPlanner for WindowFunctions {
                 )
             })
         };
+        let step = if function == "CUMULATE" {
+            "step"
+        } else {
+            "slide"
+        };
         let (slide, size) = if function == "TUMBLE" {
             let size = interval(2, "size")?;
             (size, size)
         } else {
-            (interval(2, "slide")?, interval(3, "size")?)
+            (interval(2, step)?, interval(3, "size")?)
         };
         let offset = if args.len() > 2 + intervals {
             interval(2 + intervals, "offset")?
@@ -166,12 +176,16 @@ impl RelationPlanner for WindowFunctions {
         }
         if size % slide != 0 {
             return plan_err!(
-                "{function}: the size ({}) must be a whole multiple of the slide ({})",
+                "{function}: the size ({}) must be a whole multiple of the {step} ({})",
                 args[3],
                 args[2]
             );
         }
-        let plan = windowed(input, time, slide, size, offset)?;
+        let spread = match function.as_str() {
+            "CUMULATE" => Spread::Cumulate { step: slide, size },
+            _ => Spread::Hop { slide, size },
+        };
+        let plan = windowed(input, time, spread, offset)?;
         Ok(RelationPlanning::Planned(Box::new(PlannedRelation::new(
             plan,
             alias.clone(),
@@ -233,15 +247,19 @@ fn interval(micros: i64) -> Expr {
     )))
 }
 
-/// `input` with `window_start` and `window_end` after its columns: one row per window of
-/// `size` every `slide` (microseconds, aligned to the epoch plus `offset`) holding `time`.
-fn windowed(
-    input: LogicalPlan,
-    time: Expr,
-    slide: i64,
-    size: i64,
-    offset: i64,
-) -> DFResult<LogicalPlan> {
+/// How rows spread over windows.
+#[derive(Debug, Clone, Copy)]
+enum Spread {
+    /// Windows of `size` starting every `slide` (a tumbling window when they are equal).
+    Hop { slide: i64, size: i64 },
+    /// Windows starting every `size`, each ending every `step` until `size`: a row is in each
+    /// of its size-window's windows that end after it.
+    Cumulate { step: i64, size: i64 },
+}
+
+/// `input` with `window_start` and `window_end` after its columns: one row per window holding
+/// `time` (microseconds; windows aligned to the epoch plus `offset`).
+fn windowed(input: LogicalPlan, time: Expr, spread: Spread, offset: i64) -> DFResult<LogicalPlan> {
     let columns: Vec<Expr> = input
         .schema()
         .columns()
@@ -249,32 +267,65 @@ fn windowed(
         .map(Expr::Column)
         .collect();
     // The latest window start at or before `time`: the bin of `time - offset`, shifted back.
-    let shifted = if offset == 0 {
-        time
-    } else {
-        time - interval(offset)
+    let bin = |every: i64| {
+        let shifted = if offset == 0 {
+            time.clone()
+        } else {
+            time.clone() - interval(offset)
+        };
+        let start =
+            datafusion::functions::datetime::date_bin().call(vec![interval(every), shifted]);
+        if offset == 0 {
+            start
+        } else {
+            start + interval(offset)
+        }
     };
-    let mut start =
-        datafusion::functions::datetime::date_bin().call(vec![interval(slide), shifted]);
-    if offset != 0 {
-        start = start + interval(offset);
-    }
-    let hops = size / slide;
-    let (builder, start) = if hops == 1 {
-        (LogicalPlanBuilder::from(input), start)
-    } else {
-        // Each row once per window holding it: the windows starting at start - k * slide.
-        let hops = (0..hops).map(|k| interval(k * slide)).collect::<Vec<_>>();
-        let mut with_hops = columns.clone();
-        with_hops.push(start.alias(WINDOW_START));
-        with_hops.push(datafusion::functions_nested::expr_fn::make_array(hops).alias(HOP_BACK));
-        let spread = LogicalPlanBuilder::from(input)
-            .project(with_hops)?
-            .unnest_column(HOP_BACK)?;
-        (spread, col(WINDOW_START) - col(HOP_BACK))
+    // Each row once per window holding it: the windows from `start` with an offset from the
+    // list, kept where `keep` holds.
+    let spread_over = |start: Expr, offsets: Vec<i64>| -> DFResult<LogicalPlanBuilder> {
+        let mut with_offsets = columns.clone();
+        with_offsets.push(start.alias(WINDOW_START));
+        with_offsets.push(
+            datafusion::functions_nested::expr_fn::make_array(
+                offsets.into_iter().map(interval).collect(),
+            )
+            .alias(SPREAD),
+        );
+        LogicalPlanBuilder::from(input.clone())
+            .project(with_offsets)?
+            .unnest_column(SPREAD)
+    };
+    let (builder, start, end) = match spread {
+        Spread::Hop { slide, size } if slide == size => {
+            let start = bin(size);
+            (
+                LogicalPlanBuilder::from(input.clone()),
+                start.clone(),
+                start + interval(size),
+            )
+        }
+        Spread::Hop { slide, size } => {
+            // The windows starting at bin - k * slide.
+            let back = (0..size / slide).map(|k| k * slide).collect();
+            let start = col(WINDOW_START) - col(SPREAD);
+            (
+                spread_over(bin(slide), back)?,
+                start.clone(),
+                start + interval(size),
+            )
+        }
+        Spread::Cumulate { step, size } => {
+            // The windows starting at the size-window's start and ending k * step later,
+            // after the row's time.
+            let ends = (1..=size / step).map(|k| k * step).collect();
+            let end = col(WINDOW_START) + col(SPREAD);
+            let builder = spread_over(bin(size), ends)?.filter(end.clone().gt(time.clone()))?;
+            (builder, col(WINDOW_START), end)
+        }
     };
     let mut out = columns;
-    out.push(start.clone().alias(WINDOW_START));
-    out.push((start + interval(size)).alias(WINDOW_END));
+    out.push(start.alias(WINDOW_START));
+    out.push(end.alias(WINDOW_END));
     builder.project(out)?.build()
 }
