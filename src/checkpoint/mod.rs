@@ -21,5 +21,5 @@ pub mod state;
 pub use commit::{Mark, commit_all, commit_once, committed_checkpoint};
 pub use resume::{Resume, TableMarks, resume};
 pub use state::{
-    CheckpointRecord, DeadLetterTarget, FileGroup, JobLock, PendingCommit, StateStore, WindowRecord,
+    CheckpointRecord, DeadLetterTarget, FileGroup, JobLock, PendingCommit, StateRecord, StateStore,
 };

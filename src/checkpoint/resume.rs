@@ -169,7 +169,7 @@ mod tests {
             tables: vec![],
             table_uuid: Some(uuid.into()),
             dead_letters: None,
-            window: None,
+            state: None,
         }
     }
 

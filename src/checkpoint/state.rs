@@ -4,6 +4,7 @@
 //! <state.dir>/<job>/checkpoint.json      the last complete checkpoint record
 //! <state.dir>/<job>/lock                 held (flock) by the process running the job
 //! <state.dir>/<job>/window-<n>.arrow     a windowed job's open windows at checkpoint n
+//! <state.dir>/<job>/join-<n>-<i>.arrow   a stream join's rows of its i-th source then
 //! ```
 //!
 //! A record is written to a temporary file, synced, and renamed over the previous one, so a
@@ -45,17 +46,23 @@ pub struct CheckpointRecord {
     /// Where the job's dead letters go: rows a commit must leave out go there too.
     #[serde(default)]
     pub dead_letters: Option<DeadLetterTarget>,
-    /// A windowed job's state at this checkpoint: its open windows and watermarks.
+    /// A stateful job's state at this checkpoint: its open windows, the rows of the streams
+    /// it joins, its sources' watermarks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub window: Option<WindowRecord>,
+    pub state: Option<StateRecord>,
 }
 
-/// A windowed job's state at a checkpoint.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WindowRecord {
-    /// The file (in the job's folder) holding the open windows' partial aggregates.
-    pub file: String,
+/// A stateful job's state at a checkpoint: files in the job's folder.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct StateRecord {
+    /// The file holding the open windows' partial aggregates, for a windowed job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub windows: Option<String>,
+    /// Per source a join between streams keeps the rows of, the file holding them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub joins: BTreeMap<String, String>,
     /// Each source's watermark (microseconds since the epoch), once it had one.
+    #[serde(default)]
     pub watermarks: BTreeMap<String, i64>,
 }
 
@@ -259,20 +266,19 @@ impl StateStore {
 }
 
 impl StateStore {
-    /// Write a windowed job's open windows for checkpoint `checkpoint` durably; returns the
-    /// file's name, for the record.
-    pub fn save_window(
+    /// Write part of a stateful job's state (`batches` of `schema`) durably as file `name` of
+    /// the job's folder.
+    pub fn save_state(
         &self,
         job: &str,
-        checkpoint: u64,
+        name: &str,
         schema: &SchemaRef,
         batches: &[RecordBatch],
-    ) -> Result<String> {
+    ) -> Result<()> {
         let dir = self.dir.join(folder(job));
         std::fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-        let name = format!("window-{checkpoint}.arrow");
-        let path = dir.join(&name);
+        let path = dir.join(name);
         let tmp = dir.join(format!("{name}.tmp"));
         let write = || -> std::result::Result<(), String> {
             let file = std::fs::File::create(&tmp).map_err(|e| e.to_string())?;
@@ -292,17 +298,16 @@ impl StateStore {
                 format!("writing {}", path.display()),
                 std::io::Error::other(e),
             )
-        })?;
-        Ok(name)
+        })
     }
 
-    /// A windowed job's open windows as saved by [`Self::save_window`].
-    pub fn load_window(&self, job: &str, file: &str) -> Result<Vec<RecordBatch>> {
+    /// Part of a stateful job's state as saved by [`Self::save_state`].
+    pub fn load_state(&self, job: &str, file: &str) -> Result<Vec<RecordBatch>> {
         let path = self.dir.join(folder(job)).join(file);
         let f = std::fs::File::open(&path).map_err(|e| {
             Error::Plan(format!(
-                "job '{job}' keeps its open windows in {}, which cannot be read ({e}): restore \
-                 the job's state folder, or give the job another 'pipeline.name'",
+                "job '{job}' keeps its state in {}, which cannot be read ({e}): restore the \
+                 job's state folder, or give the job another 'pipeline.name'",
                 path.display()
             ))
         })?;
@@ -315,15 +320,16 @@ impl StateStore {
             .collect()
     }
 
-    /// Remove a windowed job's state files other than `keep` (older checkpoints').
-    pub fn prune_windows(&self, job: &str, keep: &str) {
+    /// Remove a stateful job's state files other than `keep` (older checkpoints').
+    pub fn prune_state(&self, job: &str, keep: &[&str]) {
         let dir = self.dir.join(folder(job));
         let Ok(entries) = std::fs::read_dir(&dir) else {
             return;
         };
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
-            if name.starts_with("window-") && name != keep {
+            let state = name.starts_with("window-") || name.starts_with("join-");
+            if state && !keep.contains(&name.as_str()) {
                 let _ = std::fs::remove_file(e.path());
             }
         }
@@ -382,7 +388,7 @@ mod tests {
             tables: vec![],
             table_uuid: None,
             dead_letters: None,
-            window: None,
+            state: None,
         };
         store.save(&r).unwrap();
         r.checkpoint = 2;
@@ -419,7 +425,7 @@ mod tests {
             tables: vec![],
             table_uuid: None,
             dead_letters: None,
-            window: None,
+            state: None,
         };
         // Written by an older floe for 'a b' into the folder 'a_b' (also 'a_b''s old one).
         let legacy = dir.path().join("a_b");

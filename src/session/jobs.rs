@@ -85,11 +85,16 @@ impl Session {
         let committer = self.committer(&catalog_name);
         let md = lake.table().metadata();
         let keyed = md.current_schema().identifier_field_ids().next().is_some();
-        if !changes.is_empty() && query.window().is_some() {
+        if !changes.is_empty() && (query.window().is_some() || query.joins_streams()) {
             return Err(Error::Plan(format!(
-                "source {} is a change stream (its records update and delete rows), and windows \
-                 aggregate appended records only: read an append-only source",
-                changes.join(", ")
+                "source {} is a change stream (its records update and delete rows), and {} \
+                 appended records only: read an append-only source",
+                changes.join(", "),
+                if query.window().is_some() {
+                    "windows aggregate"
+                } else {
+                    "joins between streams take"
+                }
             )));
         }
         if !changes.is_empty() && !keyed {

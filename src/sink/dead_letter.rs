@@ -13,8 +13,10 @@ use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use super::table_sink::TableSink;
 use super::{Rejected, commits};
 use crate::checkpoint::{DeadLetterTarget, PendingCommit};
+use crate::connector::Origin;
 use crate::error::{Error, Result};
 pub use crate::lake::dead_letter::{DEAD_LETTER_TABLE, DeadLetter, batch, ensure_table, row_json};
+use datafusion::arrow::array::RecordBatch;
 
 /// A job's dead-letter table, created when the first letter comes, written and committed
 /// with the job's checkpoints.
@@ -124,6 +126,32 @@ impl DeadLetters {
     }
 }
 
+/// The dead letter of `row` (one row of `source`'s), rejected for `error`: its record's place
+/// and bytes when known, else the row as JSON.
+pub fn letter(
+    source: &str,
+    record: Option<Origin>,
+    row: &RecordBatch,
+    error: String,
+) -> DeadLetter {
+    match record {
+        Some((partition, offset, payload)) => DeadLetter {
+            source: source.to_string(),
+            partition: Some(partition),
+            offset: i64::try_from(offset).ok(),
+            payload,
+            error,
+        },
+        None => DeadLetter {
+            source: source.to_string(),
+            partition: None,
+            offset: None,
+            payload: row_json(row),
+            error,
+        },
+    }
+}
+
 /// The dead letters of rows no table took: one per row, with its record's place and bytes
 /// when known, else the row as JSON.
 pub fn letters_of(rejected: Vec<Rejected>) -> Vec<DeadLetter> {
@@ -134,23 +162,13 @@ pub fn letters_of(rejected: Vec<Rejected>) -> Vec<DeadLetter> {
             None => r.reject.to_string(),
         };
         for i in 0..r.rows.num_rows() {
-            // The row's record when known; else the row, as JSON.
-            letters.push(match r.records.get(i).cloned().flatten() {
-                Some((partition, offset, payload)) => DeadLetter {
-                    source: r.source.clone(),
-                    partition: Some(partition),
-                    offset: i64::try_from(offset).ok(),
-                    payload,
-                    error: error.clone(),
-                },
-                None => DeadLetter {
-                    source: r.source.clone(),
-                    partition: None,
-                    offset: None,
-                    payload: row_json(&r.rows.slice(i, 1)),
-                    error: error.clone(),
-                },
-            });
+            let record = r.records.get(i).cloned().flatten();
+            letters.push(letter(
+                &r.source,
+                record,
+                &r.rows.slice(i, 1),
+                error.clone(),
+            ));
         }
     }
     letters

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use iceberg::TableIdent;
 
 use super::job::Runner;
-use crate::checkpoint::{CheckpointRecord, WindowRecord, commit_all};
+use crate::checkpoint::{CheckpointRecord, StateRecord, commit_all};
 use crate::connector::Offsets;
 use crate::error::Result;
 use crate::failpoint;
@@ -70,7 +70,7 @@ impl Runner<'_> {
         if tables.is_empty() && offsets == self.committed_offsets {
             return Ok(());
         }
-        let window = self.save_window().await?;
+        let state = self.save_state().await?;
         let record = CheckpointRecord {
             job: self.job.name.clone(),
             checkpoint: self.checkpoint + 1,
@@ -79,12 +79,18 @@ impl Runner<'_> {
             tables,
             table_uuid: Some(self.identity.clone()),
             dead_letters: Some(self.dead.target()),
-            window,
+            state,
         };
         self.job.store.save(&record)?;
-        if let Some(w) = &record.window {
-            // The record names the new windows: the older ones are no longer needed.
-            self.job.store.prune_windows(&self.job.name, &w.file);
+        if let Some(state) = &record.state {
+            // The record names the new state: the older files are no longer needed.
+            let keep: Vec<&str> = state
+                .windows
+                .iter()
+                .chain(state.joins.values())
+                .map(String::as_str)
+                .collect();
+            self.job.store.prune_state(&self.job.name, &keep);
         }
         failpoint::reach(failpoint::AFTER_RECORD);
         self.checkpoint = record.checkpoint;
@@ -119,28 +125,43 @@ impl Runner<'_> {
         Ok(())
     }
 
-    /// A windowed job's open windows and watermarks, saved for the next checkpoint.
-    async fn save_window(&mut self) -> Result<Option<WindowRecord>> {
-        let (Some(aggregate), Some(state)) = (self.job.query.window(), self.window.as_mut()) else {
+    /// A stateful job's state (open windows, joined streams' rows) and watermarks, saved for
+    /// the next checkpoint.
+    async fn save_state(&mut self) -> Result<Option<StateRecord>> {
+        if self.window.is_none() && self.joins.is_none() {
             return Ok(None);
-        };
-        aggregate.compact(state).await?;
-        let file = self.job.store.save_window(
-            &self.job.name,
-            self.checkpoint + 1,
-            &state
+        }
+        let next = self.checkpoint + 1;
+        let store = &self.job.store;
+        let job = &self.job.name;
+        let mut record = StateRecord::default();
+        if let (Some(aggregate), Some(state)) = (self.job.query.window(), self.window.as_mut()) {
+            aggregate.compact(state).await?;
+            let schema = state
                 .batches()
                 .first()
-                .map_or_else(|| aggregate.state_schema(), |b| b.schema()),
-            state.batches(),
-        )?;
-        let watermarks = self
+                .map_or_else(|| aggregate.state_schema(), |b| b.schema());
+            let name = format!("window-{next}.arrow");
+            store.save_state(job, &name, &schema, state.batches())?;
+            record.windows = Some(name);
+        }
+        if let Some(joins) = &self.joins {
+            for (i, (source, batches)) in joins.sources().enumerate() {
+                let Some(first) = batches.first() else {
+                    continue;
+                };
+                let name = format!("join-{next}-{i}.arrow");
+                store.save_state(job, &name, &first.schema(), batches)?;
+                record.joins.insert(source.clone(), name);
+            }
+        }
+        record.watermarks = self
             .readers
             .iter()
             .zip(&self.watermarks)
             .filter_map(|((name, _, _), t)| Some((name.clone(), t.as_ref()?.current()?)))
             .collect();
-        Ok(Some(WindowRecord { file, watermarks }))
+        Ok(Some(record))
     }
 
     /// Wait for the commits under way, if any, and make the committed tables the sinks'

@@ -22,6 +22,7 @@ use super::barrier::Committing;
 use super::maintain::Maintainer;
 use super::query::ContinuousQuery;
 use super::status::{JobState, JobStatus};
+use super::stream_join::JoinBuffers;
 use super::watermark::WatermarkTracker;
 use crate::checkpoint::resume::{mark_of, marks_in};
 use crate::checkpoint::{
@@ -32,7 +33,7 @@ use crate::error::{Error, Result};
 use crate::lake::Committer;
 use crate::lake::maintenance::policy::MaintenancePolicy;
 use crate::schema::changes;
-use crate::sink::dead_letter::{self, DeadLetter, DeadLetters, letters_of, row_json};
+use crate::sink::dead_letter::{self, DeadLetter, DeadLetters, letters_of};
 use crate::sink::route::{RouteOptions, RoutedSink};
 use crate::sink::table::TableTarget;
 use crate::sink::table_sink::TableSink;
@@ -107,6 +108,8 @@ pub(super) struct Runner<'a> {
     pub(super) last_records: Vec<Instant>,
     /// A windowed job's open windows.
     pub(super) window: Option<WindowState>,
+    /// A job joining streams: the rows each joined source has delivered.
+    pub(super) joins: Option<JoinBuffers>,
     pub(super) data: Box<dyn Sink>,
     pub(super) dead: DeadLetters,
     /// What identifies the destination across restarts (see `start`).
@@ -326,16 +329,8 @@ impl<'a> Runner<'a> {
             }
         };
         let start = resume(&job.name, record.as_ref(), &identity, &marks)?;
-        let window = match job.query.window() {
-            None => None,
-            Some(_) => Some(restore_window(
-                job,
-                record.as_ref(),
-                &start,
-                &readers,
-                &mut watermarks,
-            )?),
-        };
+        let (window, joins) =
+            restore_state(job, record.as_ref(), &start, &readers, &mut watermarks)?;
         let mut committed_offsets = BTreeMap::new();
         if let Some(sources) = &start.sources {
             for (name, reader, _) in &mut readers {
@@ -405,6 +400,7 @@ impl<'a> Runner<'a> {
             readers,
             watermarks,
             window,
+            joins,
             data,
             dead,
             identity,
@@ -514,13 +510,9 @@ impl<'a> Runner<'a> {
                     pending.push(part.slice(half, part.num_rows() - half));
                     pending.push(part.slice(0, half));
                 }
-                Err(e) if e.is_record() => letters.push(DeadLetter {
-                    source: source.clone(),
-                    partition: None,
-                    offset: None,
-                    payload: row_json(&part),
-                    error: e.to_string(),
-                }),
+                Err(e) if e.is_record() => {
+                    letters.push(dead_letter::letter(&source, None, &part, e.to_string()))
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -567,22 +559,7 @@ impl<'a> Runner<'a> {
                 }
                 Err(e) if e.is_record() => {
                     let record = origin.and_then(|(o, b)| o.origin(b, start));
-                    letters.push(match record {
-                        Some((partition, offset, payload)) => DeadLetter {
-                            source: source.to_string(),
-                            partition: Some(partition),
-                            offset: i64::try_from(offset).ok(),
-                            payload,
-                            error: e.to_string(),
-                        },
-                        None => DeadLetter {
-                            source: source.to_string(),
-                            partition: None,
-                            offset: None,
-                            payload: row_json(&part),
-                            error: e.to_string(),
-                        },
-                    })
+                    letters.push(dead_letter::letter(source, record, &part, e.to_string()))
                 }
                 Err(e) => return Err(e),
             }
@@ -600,8 +577,29 @@ impl<'a> Runner<'a> {
         origins: Option<RowOrigins>,
         watermarks: &[i64],
     ) -> Result<()> {
+        let kept = self.joins.is_some().then(|| batch.clone());
+        self.write_query_rows(source, batch, origins, watermarks)
+            .await?;
+        if let (Some(joins), Some(batch)) = (&mut self.joins, kept) {
+            // Joined and written: the later batches of the other sources join it.
+            joins.keep(source, batch)?;
+        }
+        Ok(())
+    }
+
+    async fn write_query_rows(
+        &mut self,
+        source: &str,
+        batch: RecordBatch,
+        origins: Option<RowOrigins>,
+        watermarks: &[i64],
+    ) -> Result<()> {
         let (batch, changes) = changes::split_changes(batch)?;
-        let out = self.job.query.run(source, batch).await?;
+        let out = self
+            .job
+            .query
+            .run(source, batch, self.joins.as_ref())
+            .await?;
         if out.rows.num_rows() == 0 {
             return Ok(());
         }
@@ -671,30 +669,41 @@ fn with_changes(
     changes::with_change_columns(&rows, &changes.take(inputs)?)
 }
 
-/// A windowed job's open windows where it resumes, and its sources' watermarks then: the
-/// record's, when the job resumes from it. A job resuming from its tables' marks (its record
-/// lost, or older than what the tables hold) would have lost the windows still open at that
-/// checkpoint: it fails, saying so, rather than emit incomplete windows.
-fn restore_window(
+/// A stateful job's state where it resumes (open windows, joined streams' rows), and its
+/// sources' watermarks then: the record's, when the job resumes from it. A job resuming from
+/// its tables' marks (its record lost, or older than what the tables hold) would have lost
+/// that state: it fails, saying so, rather than emit incomplete windows or miss joined rows.
+fn restore_state(
     job: &Job,
     record: Option<&CheckpointRecord>,
     start: &Resume,
     readers: &[(String, Box<dyn SourceReader>, bool)],
     watermarks: &mut [Option<WatermarkTracker>],
-) -> Result<WindowState> {
+) -> Result<(Option<WindowState>, Option<JoinBuffers>)> {
+    let windowed = job.query.window().is_some();
+    let joins = job.query.joins_streams();
+    let mut windows = windowed.then(WindowState::default);
+    let mut kept = joins.then(JoinBuffers::default);
     let Some(offsets) = &start.sources else {
-        return Ok(WindowState::default());
+        return Ok((windows, kept));
     };
+    if !windowed && !joins {
+        return Ok((None, None));
+    }
     let saved = record
         .filter(|r| &r.sources == offsets)
-        .and_then(|r| r.window.as_ref());
+        .and_then(|r| r.state.as_ref());
     let Some(saved) = saved else {
         return Err(Error::Plan(format!(
-            "job '{}' aggregates windows, and its checkpoint record with the open windows is \
-             {} (state.dir {}): resuming from the offsets its tables carry would emit \
-             incomplete windows. Restore the job's state folder, or give the job another \
-             'pipeline.name' to start afresh",
+            "job '{}' keeps state ({}), and its checkpoint record with that state is {} \
+             (state.dir {}): resuming from the offsets its tables carry would lose it. Restore \
+             the job's state folder, or give the job another 'pipeline.name' to start afresh",
             job.name,
+            if windowed {
+                "open windows"
+            } else {
+                "the rows of the streams it joins"
+            },
             if record.is_some() {
                 "older than its tables"
             } else {
@@ -703,11 +712,18 @@ fn restore_window(
             job.store.dir().display()
         )));
     };
-    let batches = job.store.load_window(&job.name, &saved.file)?;
+    if let (Some(w), Some(file)) = (&mut windows, &saved.windows) {
+        *w = WindowState::from_batches(job.store.load_state(&job.name, file)?);
+    }
+    if let Some(k) = &mut kept {
+        for (source, file) in &saved.joins {
+            k.restore(source, job.store.load_state(&job.name, file)?);
+        }
+    }
     for ((name, _, _), tracker) in readers.iter().zip(watermarks.iter_mut()) {
         if let (Some(t), Some(w)) = (tracker, saved.watermarks.get(name)) {
             t.restore(*w);
         }
     }
-    Ok(WindowState::from_batches(batches))
+    Ok((windows, kept))
 }

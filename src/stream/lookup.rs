@@ -183,17 +183,20 @@ pub fn reads_source(plan: &LogicalPlan) -> bool {
     found
 }
 
-/// Why a join cannot run per batch, if it cannot: both sides read sources (a join between
-/// streams), or it keeps the rows of the looked-up side that match nothing (those would
-/// need the whole stream).
+/// Why a join cannot run per batch, if it cannot: an outer join between streams (its rows
+/// would need taking back), or a join keeping the rows of the looked-up side that match
+/// nothing (those would need the whole stream).
 pub fn unsupported_join(join: &datafusion::logical_expr::Join) -> Option<String> {
     let (left, right) = (reads_source(&join.left), reads_source(&join.right));
     if left && right {
-        return Some(
-            "it joins two streams; joins between sources are not supported yet (join a \
-             source with a lake table, read as of processing time)"
-                .to_string(),
-        );
+        return (join.join_type != JoinType::Inner).then(|| {
+            format!(
+                "a {} join between two streams would have to take back rows it emitted \
+                 (retractions); join streams with an inner join, or join a stream with a lake \
+                 table",
+                join.join_type
+            )
+        });
     }
     let stream_kept = match join.join_type {
         JoinType::Inner => true,

@@ -12,6 +12,7 @@ pub mod registry;
 pub mod slot;
 pub mod source_table;
 pub mod status;
+pub mod stream_join;
 pub mod watermark;
 
 pub use job::{Job, Target};

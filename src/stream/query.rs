@@ -30,6 +30,7 @@ use super::lookup::{Lookups, unsupported_join};
 use super::planner::{Planned, QueryPlanner, missing_column};
 use super::slot::{BatchSlot, INPUT_ROW, SlotTable};
 use super::source_table::SourceTable;
+use super::stream_join::JoinBuffers;
 use crate::connector::SourceRef;
 use crate::error::{Error, ErrorKind, Reject, Result};
 
@@ -50,6 +51,9 @@ pub struct ContinuousQuery {
     window: Option<WindowAggregate>,
     /// The tables it joins its stream with, read as of processing time.
     lookups: Lookups,
+    /// Whether it joins streams: a batch of one source joins the rows the others delivered
+    /// before it (see [`super::stream_join`]).
+    joins_streams: bool,
 }
 
 /// Plans by source and batch schema, and the columns of those schemas in all.
@@ -193,6 +197,7 @@ impl ContinuousQuery {
             executor,
             window: None,
             lookups: Lookups::new(refresh),
+            joins_streams: false,
         };
         let schemas = query
             .sources
@@ -201,6 +206,7 @@ impl ContinuousQuery {
             .collect();
         let (planned, _) = query.plan_logical(&schemas).await?;
         check_row_wise(per_batch(&planned.plan))?;
+        query.joins_streams = check_stream_joins(per_batch(&planned.plan), &query.sources)?;
         query.sources.retain(|n, _| planned.sources.contains(n));
         if query.sources.is_empty() {
             return Err(Error::Plan(
@@ -283,6 +289,12 @@ impl ContinuousQuery {
                 out.push_str(&format!("{indent}  {line}\n"));
             }
         }
+        if self.joins_streams {
+            out.push_str(
+                "JoinState: every row of each joined source, kept for the life of the job and \
+                 saved with each checkpoint; a batch joins the other sources' kept rows\n",
+            );
+        }
         for name in self.lookups.names() {
             out.push_str(&format!(
                 "Lookup: {name}, read whole every {:?} (lookup.refresh-interval)\n",
@@ -301,6 +313,11 @@ impl ContinuousQuery {
             ));
         }
         Ok(out)
+    }
+
+    /// Whether the query joins streams (and [`Self::run`] needs the rows each delivered).
+    pub fn joins_streams(&self) -> bool {
+        self.joins_streams
     }
 
     /// The query's windowed aggregate, when it has one: [`Self::run`] gives its input rows.
@@ -371,7 +388,13 @@ impl ContinuousQuery {
                 let rows = per_batch(&planned.plan);
                 // A plan whose rows cannot be numbered (a column of the same name) runs
                 // as written: its rows' records are then unknown.
-                let (rows, numbered) = match numbered(rows.clone()) {
+                // Joining streams, only the batch's own rows are numbered: the other
+                // sources' are kept rows.
+                let only = self
+                    .joins_streams
+                    .then(|| self.sources.get(source).map(|(_, slot)| slot.clone()))
+                    .flatten();
+                let (rows, numbered) = match numbered(rows.clone(), only.as_ref()) {
                     Ok(plan) => (plan, true),
                     Err(_) => (rows.clone(), false),
                 };
@@ -424,7 +447,12 @@ impl ContinuousQuery {
     /// rows its aggregate takes), as one batch, and which row of `batch` each came from when
     /// known. A batch of a schema the query cannot be
     /// planned for fails with why (its records are dead-lettered).
-    pub async fn run(&self, source: &str, batch: RecordBatch) -> Result<Output> {
+    pub async fn run(
+        &self,
+        source: &str,
+        batch: RecordBatch,
+        kept: Option<&JoinBuffers>,
+    ) -> Result<Output> {
         let (_, slot) = self
             .sources
             .get(source)
@@ -448,9 +476,20 @@ impl ContinuousQuery {
             batch
         };
         slot.set(batch);
+        let others = || self.sources.iter().filter(|(name, _)| *name != source);
+        if let (true, Some(kept)) = (self.joins_streams, kept) {
+            for (name, (_, other)) in others() {
+                other.set_all(kept.rows_of(name).to_vec());
+            }
+        }
         let schema = exec.schema();
         let out = collect(exec, self.task.clone()).await;
         slot.clear();
+        if self.joins_streams {
+            for (_, (_, other)) in others() {
+                other.clear();
+            }
+        }
         let out = out.map_err(Error::from_execution)?;
         let joined = concat_batches(&schema, &out)
             .map_err(|e| Error::Internal(format!("joining query output: {e}")))?;
@@ -486,7 +525,7 @@ pub struct Output {
 /// `plan` (row-wise, see [`check_row_wise`]) with one more column after each node's own,
 /// [`INPUT_ROW`]: the row of the source batch each row comes from. Every source is read
 /// numbered and every projection passes the column on.
-fn numbered(plan: LogicalPlan) -> Result<LogicalPlan> {
+fn numbered(plan: LogicalPlan, only: Option<&Arc<BatchSlot>>) -> Result<LogicalPlan> {
     let out = plan.transform_up(|node| {
         let node = match node {
             LogicalPlan::TableScan(scan) => {
@@ -496,6 +535,7 @@ fn numbered(plan: LogicalPlan) -> Result<LogicalPlan> {
                         p.as_any()
                             .downcast_ref::<SlotTable>()
                             .filter(|t| !t.is_lookup())
+                            .filter(|t| only.is_none_or(|s| Arc::ptr_eq(s, t.slot())))
                             .map(SlotTable::numbered)
                     })
                 else {
@@ -562,6 +602,62 @@ pub fn executor(state: &SessionState) -> SessionState {
     SessionStateBuilder::new_from_existing(state.clone())
         .with_config(config)
         .build()
+}
+
+/// Whether `plan` (the per-batch part of a query) joins streams: an inner join with sources
+/// on both sides. Fails when such a query reads a source twice, reads one with inferred
+/// columns, or takes the union of sources (each batch's rows would join the other branches'
+/// kept rows).
+fn check_stream_joins(
+    plan: &LogicalPlan,
+    sources: &BTreeMap<String, (SourceRef, Arc<BatchSlot>)>,
+) -> Result<bool> {
+    use super::lookup::reads_source;
+    let mut joins = false;
+    let mut unions = false;
+    let _ = plan.apply(|node| {
+        match node {
+            LogicalPlan::Join(j) if reads_source(&j.left) && reads_source(&j.right) => joins = true,
+            LogicalPlan::Union(u) if u.inputs.iter().filter(|i| reads_source(i)).count() > 1 => {
+                unions = true
+            }
+            _ => {}
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    if !joins {
+        return Ok(false);
+    }
+    let fail = |why: String| {
+        Err(Error::Plan(format!(
+            "this INSERT cannot run continuously: it joins streams, and {why}"
+        )))
+    };
+    if unions {
+        return fail("takes the union of sources too; join the sources, then union".into());
+    }
+    let mut scans: BTreeMap<String, usize> = BTreeMap::new();
+    let _ = plan.apply(|node| {
+        if let LogicalPlan::TableScan(scan) = node
+            && let Ok(p) = datafusion::datasource::source_as_provider(&scan.source)
+            && let Some(t) = p.as_any().downcast_ref::<SlotTable>()
+            && let Some((name, _)) = sources.iter().find(|(_, (_, s))| Arc::ptr_eq(s, t.slot()))
+        {
+            *scans.entry(name.clone()).or_default() += 1;
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    if let Some((name, _)) = scans.iter().find(|(_, n)| **n > 1) {
+        return fail(format!(
+            "reads source {name} twice; a stream joins another stream, not itself"
+        ));
+    }
+    if let Some((name, _)) = sources.iter().find(|(_, (d, _))| d.is_inferred()) {
+        return fail(format!(
+            "source {name} infers its columns; joined streams declare theirs"
+        ));
+    }
+    Ok(true)
 }
 
 /// Whether `plan` has a join in it.

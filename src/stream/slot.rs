@@ -91,6 +91,11 @@ impl SlotTable {
         }
     }
 
+    /// The slot its rows are in.
+    pub fn slot(&self) -> &Arc<BatchSlot> {
+        &self.slot
+    }
+
     /// Whether this is a looked-up table rather than a source.
     pub fn is_lookup(&self) -> bool {
         self.lookup.is_some()

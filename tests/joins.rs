@@ -1,6 +1,7 @@
-//! Lookup joins: a stream joined with a lake table run three ways (straight, frequent
-//! checkpoints, killed and restarted) gives the same rows; and a table updated while the job
-//! runs is seen by the rows read after the update.
+//! Joins run three ways (straight, frequent checkpoints, killed and restarted) give the same
+//! rows, the rows a batch query gives: a stream joined with a lake table (a lookup join), and
+//! two streams joined. A lake table updated while the job runs is seen by the rows read after
+//! the update.
 
 mod common;
 
@@ -160,4 +161,75 @@ fn a_table_updated_while_the_job_runs_is_seen_after_the_refresh_interval() {
         "every order read after the refresh sees the new segment: {out}"
     );
     assert!(gold[0] > 0 && platinum[0] > 0, "{out}");
+}
+
+/// Orders joined with their shipments (a second stream, delivered at its own pace): each
+/// order that has a shipment, once, whichever of the two came first.
+fn streams_script(interval: &str) -> String {
+    format!(
+        "{CATALOG};
+         CREATE SCHEMA IF NOT EXISTS lake.shop;
+         CREATE TABLE IF NOT EXISTS lake.shop.shipped (order_id BIGINT, region STRING,
+           carrier STRING, paid DOUBLE, days INT);
+         CREATE SOURCE orders WITH ('connector' = 'datagen', 'profile' = 'orders',
+           'number-of-rows' = '{ROWS}', 'rows-per-second' = '60000', 'seed' = '42');
+         CREATE SOURCE shipments (order_id BIGINT, carrier STRING, days INT)
+           WITH ('connector' = 'datagen', 'number-of-rows' = '{}', 'rows-per-second' = '40000',
+           'seed' = '9');
+         SET 'pipeline.name' = 'shipped';
+         SET 'checkpoint.interval' = '{interval}';
+         INSERT INTO lake.shop.shipped
+         SELECT o.order_id, o.region, s.carrier, o.price * o.quantity, s.days
+         FROM orders o JOIN shipments s ON o.order_id = s.order_id % {ROWS} + 1
+         WHERE o.status <> 'new';",
+        ROWS / 2
+    )
+}
+
+fn shipped(dir: &Path) -> String {
+    query_csv(
+        dir,
+        CATALOG,
+        "SELECT region, count(*) AS n, count(DISTINCT order_id) AS ids, sum(order_id) AS s,
+           round(sum(paid), 2) AS paid, sum(days) AS days, count(DISTINCT carrier) AS carriers
+         FROM lake.shop.shipped GROUP BY region ORDER BY region",
+    )
+}
+
+#[test]
+fn a_join_of_two_streams_killed_and_restarted_gives_the_same_rows() {
+    let straight = tempfile::tempdir().unwrap();
+    run_script_to_end(straight.path(), &streams_script("1h"));
+    let expected = shipped(straight.path());
+    assert_eq!(expected.lines().count(), 5, "four regions: {expected}");
+    let batch = query_csv(
+        straight.path(),
+        &format!(
+            "{CATALOG}; CREATE SOURCE orders WITH ('connector' = 'datagen', 'profile' = 'orders', \
+             'number-of-rows' = '{ROWS}', 'seed' = '42'); CREATE SOURCE shipments (order_id \
+             BIGINT, carrier STRING, days INT) WITH ('connector' = 'datagen', 'number-of-rows' \
+             = '{}', 'seed' = '9')",
+            ROWS / 2
+        ),
+        &format!(
+            "SELECT o.region, count(*) AS n, count(DISTINCT o.order_id) AS ids,
+               sum(o.order_id) AS s, round(sum(o.price * o.quantity), 2) AS paid,
+               sum(s.days) AS days, count(DISTINCT s.carrier) AS carriers
+             FROM orders o JOIN shipments s ON o.order_id = s.order_id % {ROWS} + 1
+             WHERE o.status <> 'new' GROUP BY 1 ORDER BY 1"
+        ),
+    );
+    assert_eq!(expected, batch, "the job's rows are the batch query's");
+
+    let frequent = tempfile::tempdir().unwrap();
+    run_script_to_end(frequent.path(), &streams_script("50ms"));
+    assert_eq!(shipped(frequent.path()), expected, "frequent checkpoints");
+
+    let killed = tempfile::tempdir().unwrap();
+    let kills = kill_and_restart(killed.path(), &streams_script("100ms"), 550);
+    assert!(
+        kills >= 3,
+        "the job ended too soon to be killed: only {kills} kills"
+    );
+    assert_eq!(shipped(killed.path()), expected, "killed and restarted");
 }
