@@ -33,10 +33,14 @@ use super::key_index::{self, Key, Update};
 use super::read;
 use crate::error::{Error, Result};
 
-/// The names of `schema`'s identifier fields (its primary key), in order.
+/// The names of `schema`'s identifier fields (its primary key), in field id order: the same
+/// order for every instance of the schema (iceberg-rust keeps the ids in a hash set, whose
+/// order differs from one instance to the next), so that keys encoded from two loads of
+/// the table compare equal.
 pub fn key_names(schema: &Schema) -> Vec<String> {
-    schema
-        .identifier_field_ids()
+    let mut ids: Vec<i32> = schema.identifier_field_ids().collect();
+    ids.sort_unstable();
+    ids.into_iter()
         .filter_map(|id| schema.field_by_id(id).map(|f| f.name.clone()))
         .collect()
 }
@@ -407,6 +411,28 @@ pub async fn discard(table: &Table, files: &[(DataFile, i32)]) {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+
+    #[test]
+    fn key_names_follow_field_ids_whatever_the_instance() {
+        use iceberg::spec::{NestedField, PrimitiveType, Type};
+        let field = |id, name: &str| {
+            NestedField::required(id, name, Type::Primitive(PrimitiveType::String)).into()
+        };
+        for _ in 0..20 {
+            // Each build holds the ids in a hash set of its own.
+            let schema = Schema::builder()
+                .with_fields(vec![
+                    field(1, "a"),
+                    field(2, "b"),
+                    field(3, "c"),
+                    field(4, "d"),
+                ])
+                .with_identifier_field_ids([4, 2, 3, 1])
+                .build()
+                .unwrap();
+            assert_eq!(key_names(&schema), ["a", "b", "c", "d"]);
+        }
+    }
 
     use datafusion::arrow::array::{Int64Array, StringArray};
     use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema};

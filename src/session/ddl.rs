@@ -522,10 +522,7 @@ fn describe_rows(table: &Table) -> Result<Output> {
     push(String::new(), String::new(), String::new());
     push("# Table".into(), String::new(), String::new());
     push("Location".into(), md.location().to_string(), String::new());
-    let key: Vec<String> = schema
-        .identifier_field_ids()
-        .filter_map(|id| schema.field_by_id(id).map(|f| f.name.clone()))
-        .collect();
+    let key = crate::lake::upsert::key_names(schema);
     push(
         "Primary key".into(),
         if key.is_empty() {
