@@ -1,7 +1,7 @@
-//! Windowed aggregates run three ways (straight through, with frequent checkpoints, killed
-//! with SIGKILL at random moments and restarted) must emit the same windows, each once, and
-//! dead-letter the same late records; and what they emit is what a batch query over the same
-//! records gives.
+//! Aggregates run three ways (straight through, with frequent checkpoints, killed with SIGKILL
+//! at random moments and restarted): over windows they must emit the same windows, each once,
+//! and dead-letter the same late records; without windows they must leave the same row per
+//! group. What they write is what a batch query over the same records gives.
 
 mod common;
 
@@ -256,4 +256,74 @@ fn an_idle_source_stops_holding_windows_back_after_the_idle_timeout() {
     // With one, the orders' watermark closes their windows.
     let emitted = run_for("500ms", Duration::from_secs(30));
     assert!(emitted > 0, "no window emitted");
+}
+
+/// Orders per customer segment and region, updated at each checkpoint into a table keyed by
+/// the group (sums in cents: exact whatever the order they are added in).
+fn updating_script(interval: &str) -> String {
+    format!(
+        "{CATALOG};
+         CREATE SCHEMA IF NOT EXISTS lake.shop;
+         CREATE TABLE IF NOT EXISTS lake.shop.by_region (region STRING, product STRING,
+           orders BIGINT, customers BIGINT, cents BIGINT, top DOUBLE,
+           PRIMARY KEY (region, product) NOT ENFORCED);
+         {};
+         SET 'checkpoint.interval' = '{interval}';
+         SET 'pipeline.name' = 'by-region';
+         INSERT INTO lake.shop.by_region {UPDATING};",
+        source("2")
+    )
+}
+
+const UPDATING: &str = "SELECT region, product, count(*) AS orders,
+       count(DISTINCT customer_id) AS customers,
+       sum(CAST(round(price * 100) AS BIGINT) * quantity) AS cents, max(price) AS top
+     FROM gen WHERE status <> 'new' GROUP BY region, product";
+
+#[test]
+fn an_updating_aggregate_killed_and_restarted_keeps_one_right_row_per_group() {
+    let rows = |dir: &Path| {
+        query_csv(
+            dir,
+            CATALOG,
+            "SELECT * FROM lake.shop.by_region ORDER BY region, product",
+        )
+    };
+    let straight = tempfile::tempdir().unwrap();
+    run_script_to_end(straight.path(), &updating_script("1h"));
+    let expected = rows(straight.path());
+    assert_eq!(
+        expected.lines().count(),
+        33,
+        "4 regions x 8 products: {expected}"
+    );
+    let batch = query_csv(
+        straight.path(),
+        &format!("{CATALOG}; {}", source("2")),
+        &format!("SELECT * FROM ({UPDATING}) ORDER BY region, product"),
+    );
+    assert_eq!(expected, batch, "the job's rows are the batch query's");
+
+    // Every checkpoint updates every group: the table keeps one row per group, the last.
+    let frequent = tempfile::tempdir().unwrap();
+    run_script_to_end(frequent.path(), &updating_script("50ms"));
+    assert_eq!(rows(frequent.path()), expected, "frequent checkpoints");
+    let snapshots = query_csv(
+        frequent.path(),
+        CATALOG,
+        "SELECT count(*) FROM lake.shop.\"by_region$snapshots\"",
+    );
+    let snapshots: u64 = snapshots.lines().nth(1).unwrap().parse().unwrap();
+    assert!(
+        snapshots > 5,
+        "updated at each checkpoint: {snapshots} snapshots"
+    );
+
+    let killed = tempfile::tempdir().unwrap();
+    let kills = kill_and_restart(killed.path(), &updating_script("100ms"), 550);
+    assert!(
+        kills >= 3,
+        "the job ended too soon to be killed: only {kills} kills"
+    );
+    assert_eq!(rows(killed.path()), expected, "killed and restarted");
 }

@@ -85,16 +85,25 @@ impl Session {
         let committer = self.committer(&catalog_name);
         let md = lake.table().metadata();
         let keyed = md.current_schema().identifier_field_ids().next().is_some();
-        if !changes.is_empty() && (query.window().is_some() || query.joins_streams()) {
+        if !changes.is_empty() && (query.aggregate().is_some() || query.joins_streams()) {
             return Err(Error::Plan(format!(
                 "source {} is a change stream (its records update and delete rows), and {} \
                  appended records only: read an append-only source",
                 changes.join(", "),
-                if query.window().is_some() {
-                    "windows aggregate"
+                if query.aggregate().is_some() {
+                    "aggregates take"
                 } else {
                     "joins between streams take"
                 }
+            )));
+        }
+        if query.aggregate().is_some_and(|a| !a.is_windowed()) && !keyed {
+            return Err(Error::Plan(format!(
+                "an aggregate without windows updates each group's row at every checkpoint, \
+                 and table {ident} has no primary key to replace the rows by: create it with \
+                 the group columns as its PRIMARY KEY (...) NOT ENFORCED, or aggregate over \
+                 windows (FROM TUMBLE(source, time_column, size) ... GROUP BY window_start, \
+                 window_end, ...)"
             )));
         }
         if !changes.is_empty() && !keyed {
@@ -164,6 +173,14 @@ impl Session {
             ));
         }
         let (query, _) = ContinuousQuery::try_new(planner, &self.sources()).await?;
+        if query.aggregate().is_some_and(|a| !a.is_windowed()) {
+            return Err(Error::Plan(
+                "ROUTE BY with an aggregate without windows: its rows are updated by key, \
+                 which a routed table does not have; INSERT INTO one table with the group \
+                 columns as its PRIMARY KEY"
+                    .into(),
+            ));
+        }
         let target = Target {
             catalog_name: catalog_name.clone(),
             catalog,

@@ -1,4 +1,6 @@
-//! Windowed aggregates of a continuous query, on DataFusion's own accumulators.
+//! The aggregate of a continuous query, on DataFusion's own accumulators: over windows
+//! (each emitted once, when the watermark passes its end), or without (each group's row
+//! updated once per checkpoint, by key).
 //!
 //! ```text
 //! per batch:  the query's rows below the aggregate (row-wise, with window_start/window_end)
@@ -8,6 +10,11 @@
 //!               --AggregateExec(Final)--> the aggregate's rows --the plan above it--> the sink
 //! growing:    every COMPACT_AFTER batches of state --AggregateExec(PartialReduce)--> one
 //! checkpoint: the state, compacted, in an Arrow IPC file the checkpoint record names
+//!
+//! without windows (an updating aggregate):
+//! per batch:  partial states kept apart (pending)
+//! checkpoint: pending merged; the groups it touched, merged with what the state held of them
+//!               --Final--> their rows now, written to a table keyed by the group
 //! ```
 //!
 //! The accumulators are DataFusion's (`count`, `count(DISTINCT)`, `approx_percentile_cont`,
@@ -15,6 +22,7 @@
 //! the final and reducing aggregates `merge_batch` it. So the state a checkpoint saves is
 //! plain Arrow, restored by reading it back.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
@@ -22,6 +30,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch, not};
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampMicrosecondType};
+use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::DFSchema;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::execution::TaskContext;
@@ -43,14 +52,15 @@ use crate::sql::windows::WINDOW_END;
 /// State batches kept before they are merged into one.
 const COMPACT_AFTER: usize = 32;
 
-/// A continuous query's windowed aggregate: the plans of its stages.
-pub struct WindowAggregate {
+/// A continuous query's aggregate: the plans of its stages.
+pub struct StreamAggregate {
     /// The rows it aggregates: the query's rows below the aggregate.
     input: SchemaRef,
-    /// Where a row of `input` has its window's end.
-    input_end: WindowColumn,
-    /// Where a state row has its window's end.
-    state_end: WindowColumn,
+    /// Where a row of `input` and a row of the state have their window's end, for an
+    /// aggregate over windows.
+    windows: Option<(WindowColumn, WindowColumn)>,
+    /// The group columns: the first columns of the state and of the aggregate's rows.
+    groups: usize,
     partial: Stage,
     reduce: Stage,
     finish: Stage,
@@ -128,13 +138,16 @@ impl Stage {
     }
 }
 
-/// The open windows' partial aggregates, between checkpoints and across them.
+/// The groups' partial aggregates (the open windows'), between checkpoints and across them.
 #[derive(Debug, Default, Clone)]
-pub struct WindowState {
+pub struct AggregateState {
     batches: Vec<RecordBatch>,
+    /// For an aggregate without windows: the partial aggregates of the rows since the last
+    /// checkpoint, whose groups it updates.
+    pending: Vec<RecordBatch>,
 }
 
-impl WindowState {
+impl AggregateState {
     /// The state as saved: its batches.
     pub fn batches(&self) -> &[RecordBatch] {
         &self.batches
@@ -142,7 +155,10 @@ impl WindowState {
 
     /// A state restored from saved batches.
     pub fn from_batches(batches: Vec<RecordBatch>) -> Self {
-        Self { batches }
+        Self {
+            batches,
+            pending: Vec::new(),
+        }
     }
 
     /// The groups (window and keys) held, counting a group once per batch it is in.
@@ -203,7 +219,7 @@ pub fn prune_below_aggregates(plan: LogicalPlan) -> Result<LogicalPlan> {
     Ok(out.data)
 }
 
-impl WindowAggregate {
+impl StreamAggregate {
     /// The stages of `rows`'s aggregate (see [`aggregate_of`]), whose input rows come as
     /// `input` (the physical schema of the plan below it). Fails, saying why, when the
     /// aggregate is not over windows.
@@ -235,17 +251,16 @@ impl WindowAggregate {
             .iter()
             .position(|e| matches!(e, Expr::Column(c) if c.name == WINDOW_END))
             .map(|index| WindowColumn { index });
-        let Some(state_end) = group_window else {
-            return Err(unsupported(
-                "an aggregate runs continuously over windows, each emitted once when the \
-                 watermark passes its end: read the source through TUMBLE(source, time_column, \
-                 size) or HOP(source, time_column, slide, size) and GROUP BY window_start, \
-                 window_end (an aggregate without windows, updated as rows come, is not \
-                 supported yet)",
-            ));
+        let windows = match group_window {
+            Some(state_end) => {
+                let input_end = WindowColumn::find(input.fields().iter().map(AsRef::as_ref))
+                    .ok_or_else(|| {
+                        Error::Internal("the windowed rows have no window column".into())
+                    })?;
+                Some((input_end, state_end))
+            }
+            None => None,
         };
-        let input_end = WindowColumn::find(input.fields().iter().map(AsRef::as_ref))
-            .ok_or_else(|| Error::Internal("the windowed rows have no window column".into()))?;
         let props = state.execution_props();
         // Simplified as DataFusion's optimizer would (`coalesce` runs only as a CASE), under
         // their own names, which the plan above reads them by.
@@ -298,8 +313,8 @@ impl WindowAggregate {
         let upper = Stage::over(finish.schema(), |leaf| above(rows, leaf, state))?;
         Ok(Self {
             input,
-            input_end,
-            state_end,
+            windows,
+            groups: aggregate.group_expr.len(),
             partial,
             reduce,
             finish,
@@ -314,12 +329,23 @@ impl WindowAggregate {
     /// came after (microseconds; `i64::MIN` before any). Returns the late rows, with why.
     pub async fn absorb(
         &self,
-        state: &mut WindowState,
+        state: &mut AggregateState,
         rows: RecordBatch,
         watermarks: &[i64],
     ) -> Result<Vec<(usize, Reject)>> {
         let rows = self.conform(rows)?;
-        let ends = self.input_end.ends(&rows)?;
+        let Some((input_end, _)) = self.windows else {
+            let partial = self.partial.run(&self.task, vec![rows]).await?;
+            state
+                .pending
+                .extend(partial.into_iter().filter(|b| b.num_rows() > 0));
+            if state.pending.len() > COMPACT_AFTER {
+                let merged = self.merge(std::mem::take(&mut state.pending)).await?;
+                state.pending.extend(merged);
+            }
+            return Ok(Vec::new());
+        };
+        let ends = input_end.ends(&rows)?;
         let mut late = Vec::new();
         for (i, end) in ends.iter().enumerate() {
             let watermark = watermarks.get(i).copied().unwrap_or(i64::MIN);
@@ -367,11 +393,16 @@ impl WindowAggregate {
             us if us % 1_000_000 == 0 => format!("{}s", us / 1_000_000),
             us => format!("{}ms", us / 1_000),
         };
-        let mut out = format!(
-            "Emit: each window once, when the watermark passes window_end + {lateness} \
-             (window.allowed-lateness); records of a window already emitted: dead letters \
-             ('late')\n"
-        );
+        let mut out = match self.windows {
+            Some(_) => format!(
+                "Emit: each window once, when the watermark passes window_end + {lateness} \
+                 (window.allowed-lateness); records of a window already emitted: dead letters \
+                 ('late')\n"
+            ),
+            None => "Emit: at each checkpoint, the rows of the groups updated since the last, \
+                     replacing the table's rows of the same key\n"
+                .to_string(),
+        };
         for line in displayable(self.upper.exec.as_ref())
             .indent(true)
             .to_string()
@@ -383,14 +414,24 @@ impl WindowAggregate {
             out.push_str(&format!("  {line}\n"));
         }
         out.push_str(&format!(
-            "  WindowAggregate: {}\n    state: each open window's accumulator state (as \
-             AggregateExec mode=Partial gives it), merged every {COMPACT_AFTER} batches and \
-             saved with each checkpoint\n",
+            "  {}: {}\n    state: each {}'s accumulator state (as AggregateExec \
+             mode=Partial gives it), merged every {COMPACT_AFTER} batches and saved with each \
+             checkpoint\n",
+            if self.windows.is_some() {
+                "WindowAggregate"
+            } else {
+                "UpdatingAggregate"
+            },
             displayable(self.finish.exec.as_ref())
                 .one_line()
                 .to_string()
                 .trim_end()
-                .replace("AggregateExec: mode=Final, ", "")
+                .replace("AggregateExec: mode=Final, ", ""),
+            if self.windows.is_some() {
+                "open window"
+            } else {
+                "group"
+            }
         ));
         out
     }
@@ -401,34 +442,84 @@ impl WindowAggregate {
     }
 
     /// Merge the state's batches into one.
-    pub async fn compact(&self, state: &mut WindowState) -> Result<()> {
-        if state.batches.len() <= 1 {
-            return Ok(());
-        }
-        let merged = self
-            .reduce
-            .run(&self.task, std::mem::take(&mut state.batches))
-            .await?;
-        let schema = self.reduce.schema();
-        let one = concat_batches(&schema, &merged)
-            .map_err(|e| Error::Internal(format!("compacting window state: {e}")))?;
-        if one.num_rows() > 0 {
-            state.batches.push(one);
+    pub async fn compact(&self, state: &mut AggregateState) -> Result<()> {
+        if state.batches.len() > 1 {
+            state.batches = self.merge(std::mem::take(&mut state.batches)).await?;
         }
         Ok(())
+    }
+
+    /// `batches` of partial state merged into one batch, a row per group (none if empty).
+    async fn merge(&self, batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
+        if batches.is_empty() {
+            return Ok(batches);
+        }
+        let merged = self.reduce.run(&self.task, batches).await?;
+        let one = concat_batches(&self.reduce.schema(), &merged)
+            .map_err(|e| Error::Internal(format!("merging aggregate state: {e}")))?;
+        Ok((one.num_rows() > 0).then_some(one).into_iter().collect())
+    }
+
+    /// Whether the aggregate is over windows (else it updates its groups' rows).
+    pub fn is_windowed(&self) -> bool {
+        self.windows.is_some()
+    }
+
+    /// For an aggregate without windows: the rows, as they are now, of the groups the rows
+    /// since the last call updated (merged into `state`); `None` when none was.
+    pub async fn emit_updates(&self, state: &mut AggregateState) -> Result<Option<RecordBatch>> {
+        if state.pending.is_empty() {
+            return Ok(None);
+        }
+        let delta = self.merge(std::mem::take(&mut state.pending)).await?;
+        let Some(delta) = delta.into_iter().next() else {
+            return Ok(None);
+        };
+        // The state's rows of the groups the delta touches, and the others.
+        let fields = (0..self.groups)
+            .map(|i| SortField::new(delta.column(i).data_type().clone()))
+            .collect();
+        let converter = RowConverter::new(fields).map_err(internal)?;
+        let keys = |b: &RecordBatch| converter.convert_columns(&b.columns()[..self.groups]);
+        let touched_keys = keys(&delta).map_err(internal)?;
+        let touched: HashSet<_> = touched_keys.iter().collect();
+        let mut updated = vec![delta];
+        let mut untouched = Vec::new();
+        for batch in std::mem::take(&mut state.batches) {
+            let rows = keys(&batch).map_err(internal)?;
+            let mask: BooleanArray = rows.iter().map(|r| Some(touched.contains(&r))).collect();
+            let split = |m: &BooleanArray| filter_record_batch(&batch, m).map_err(internal);
+            updated.push(split(&mask)?);
+            untouched.push(split(&not(&mask).map_err(internal)?)?);
+        }
+        let updated = self.merge(updated).await?;
+        let finals = self.finish.run(&self.task, updated.clone()).await?;
+        let rows = self.upper.run(&self.task, finals).await?;
+        state.batches = untouched
+            .into_iter()
+            .chain(updated)
+            .filter(|b| b.num_rows() > 0)
+            .collect();
+        self.compact(state).await?;
+        concat_batches(&self.upper.schema(), &rows)
+            .map(Some)
+            .map_err(|e| Error::Internal(format!("joining updated rows: {e}")))
     }
 
     /// The rows of the windows the watermark closes (end + lateness <= `watermark`), taken
     /// out of `state`; `None` when none closes.
     pub async fn emit(
         &self,
-        state: &mut WindowState,
+        state: &mut AggregateState,
         watermark: i64,
     ) -> Result<Option<RecordBatch>> {
+        let Some((_, state_end)) = self.windows else {
+            return Ok(None);
+        };
         let mut closed = Vec::new();
         let mut open = Vec::new();
         for batch in std::mem::take(&mut state.batches) {
-            let ends = self.state_end.ends(&batch)?;
+            let ends = state_end.ends(&batch)?;
             let mask: BooleanArray = ends
                 .iter()
                 .map(|e| Some(e.is_some_and(|e| e.saturating_add(self.lateness) <= watermark)))

@@ -57,6 +57,7 @@ impl Runner<'_> {
     /// awaited). The previous checkpoint's commits are awaited first.
     pub(super) async fn checkpoint(&mut self, last: bool) -> Result<()> {
         let began = Instant::now();
+        self.emit_updates().await?;
         let outcome = self.data.flush().await?;
         self.take(outcome).await?;
         self.settle().await?;
@@ -128,14 +129,16 @@ impl Runner<'_> {
     /// A stateful job's state (open windows, joined streams' rows) and watermarks, saved for
     /// the next checkpoint.
     async fn save_state(&mut self) -> Result<Option<StateRecord>> {
-        if self.window.is_none() && self.joins.is_none() {
+        if self.aggregate.is_none() && self.joins.is_none() {
             return Ok(None);
         }
         let next = self.checkpoint + 1;
         let store = &self.job.store;
         let job = &self.job.name;
         let mut record = StateRecord::default();
-        if let (Some(aggregate), Some(state)) = (self.job.query.window(), self.window.as_mut()) {
+        if let (Some(aggregate), Some(state)) =
+            (self.job.query.aggregate(), self.aggregate.as_mut())
+        {
             aggregate.compact(state).await?;
             let schema = state
                 .batches()

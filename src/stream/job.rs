@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use tokio::sync::watch;
 
-use super::aggregate::WindowState;
+use super::aggregate::AggregateState;
 use super::barrier::Committing;
 use super::maintain::Maintainer;
 use super::query::ContinuousQuery;
@@ -107,7 +107,7 @@ pub(super) struct Runner<'a> {
     /// no longer holds the watermark back).
     pub(super) last_records: Vec<Instant>,
     /// A windowed job's open windows.
-    pub(super) window: Option<WindowState>,
+    pub(super) aggregate: Option<AggregateState>,
     /// A job joining streams: the rows each joined source has delivered.
     pub(super) joins: Option<JoinBuffers>,
     pub(super) data: Box<dyn Sink>,
@@ -329,7 +329,7 @@ impl<'a> Runner<'a> {
             }
         };
         let start = resume(&job.name, record.as_ref(), &identity, &marks)?;
-        let (window, joins) =
+        let (aggregate, joins) =
             restore_state(job, record.as_ref(), &start, &readers, &mut watermarks)?;
         let mut committed_offsets = BTreeMap::new();
         if let Some(sources) = &start.sources {
@@ -399,7 +399,7 @@ impl<'a> Runner<'a> {
             last_records: vec![Instant::now(); readers.len()],
             readers,
             watermarks,
-            window,
+            aggregate,
             joins,
             data,
             dead,
@@ -446,7 +446,7 @@ impl<'a> Runner<'a> {
         {
             self.job.status.watermark.store(w, Ordering::Relaxed);
         }
-        if self.window.is_none() {
+        if self.aggregate.is_none() {
             return Ok(Vec::new());
         }
         Ok(match self.watermark(Some(i)) {
@@ -492,12 +492,32 @@ impl<'a> Runner<'a> {
         let Some(watermark) = self.watermark(None) else {
             return Ok(());
         };
-        let (Some(aggregate), Some(state)) = (self.job.query.window(), self.window.as_mut()) else {
+        let (Some(aggregate), Some(state)) = (self.job.query.aggregate(), self.aggregate.as_mut())
+        else {
             return Ok(());
         };
         let Some(rows) = aggregate.emit(state, watermark).await? else {
             return Ok(());
         };
+        self.write_emitted(rows).await
+    }
+
+    /// For an aggregate without windows, before a checkpoint: the rows of the groups updated
+    /// since the last.
+    pub(super) async fn emit_updates(&mut self) -> Result<()> {
+        let (Some(aggregate), Some(state)) = (self.job.query.aggregate(), self.aggregate.as_mut())
+        else {
+            return Ok(());
+        };
+        match aggregate.emit_updates(state).await? {
+            Some(rows) => self.write_emitted(rows).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Write rows an aggregate emitted (made of many records: a bad one is dead-lettered as
+    /// the row).
+    async fn write_emitted(&mut self, rows: RecordBatch) -> Result<()> {
         let source = self.job.status.sources.join(", ");
         // Rows a table takes whole or not at all are halved until the bad ones are found.
         let mut pending = vec![rows];
@@ -603,7 +623,9 @@ impl<'a> Runner<'a> {
         if out.rows.num_rows() == 0 {
             return Ok(());
         }
-        if let (Some(aggregate), Some(state)) = (self.job.query.window(), self.window.as_mut()) {
+        if let (Some(aggregate), Some(state)) =
+            (self.job.query.aggregate(), self.aggregate.as_mut())
+        {
             // Each row's watermark is its record's.
             let marks: Vec<i64> = match &out.inputs {
                 Some(inputs) => inputs
@@ -679,10 +701,10 @@ fn restore_state(
     start: &Resume,
     readers: &[(String, Box<dyn SourceReader>, bool)],
     watermarks: &mut [Option<WatermarkTracker>],
-) -> Result<(Option<WindowState>, Option<JoinBuffers>)> {
-    let windowed = job.query.window().is_some();
+) -> Result<(Option<AggregateState>, Option<JoinBuffers>)> {
+    let windowed = job.query.aggregate().is_some();
     let joins = job.query.joins_streams();
-    let mut windows = windowed.then(WindowState::default);
+    let mut windows = windowed.then(AggregateState::default);
     let mut kept = joins.then(JoinBuffers::default);
     let Some(offsets) = &start.sources else {
         return Ok((windows, kept));
@@ -713,7 +735,7 @@ fn restore_state(
         )));
     };
     if let (Some(w), Some(file)) = (&mut windows, &saved.windows) {
-        *w = WindowState::from_batches(job.store.load_state(&job.name, file)?);
+        *w = AggregateState::from_batches(job.store.load_state(&job.name, file)?);
     }
     if let Some(k) = &mut kept {
         for (source, file) in &saved.joins {

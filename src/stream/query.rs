@@ -1,12 +1,13 @@
 //! A continuous query: the `SELECT` of a continuous `INSERT`, planned once and run on each
 //! batch a source delivers.
 //!
-//! A query runs row by row (projections, filters, scalar functions, `CAST`, `CASE`, and
-//! `UNION ALL` of sources), or aggregates windows of rows (`FROM TUMBLE(...)`/`HOP(...)` with
-//! `GROUP BY window_start, window_end, ...`, see [`super::aggregate`]): then the rows below
-//! the aggregate run per batch and the aggregate keeps its state across them. What else needs
-//! the whole stream (joins, `ORDER BY`, `LIMIT`, `DISTINCT`, aggregates without windows) is
-//! rejected when the job is submitted.
+//! A query runs row by row (projections, filters, scalar functions, `CAST`, `CASE`, `UNION
+//! ALL` of sources, joins with lake tables ([`super::lookup`]) and between streams
+//! ([`super::stream_join`])), or aggregates (over windows, `FROM TUMBLE(...)` with `GROUP BY
+//! window_start, window_end, ...`, or updating each group's row, see [`super::aggregate`]):
+//! then the rows below the aggregate run per batch and the aggregate keeps its state across
+//! them. What else needs the whole stream (`ORDER BY`, `LIMIT`, outer joins between streams)
+//! is rejected when the job is submitted.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -25,7 +26,7 @@ use datafusion::logical_expr::{Expr, LogicalPlan, Projection, TableScan};
 use datafusion::physical_plan::execution_plan::reset_plan_states;
 use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
 
-use super::aggregate::{WindowAggregate, aggregate_of, prune_below_aggregates};
+use super::aggregate::{StreamAggregate, aggregate_of, prune_below_aggregates};
 use super::lookup::{Lookups, unsupported_join};
 use super::planner::{Planned, QueryPlanner, missing_column};
 use super::slot::{BatchSlot, INPUT_ROW, SlotTable};
@@ -47,8 +48,8 @@ pub struct ContinuousQuery {
     /// The user's session as plans run in it (see [`executor`]).
     executor: SessionState,
     task: Arc<TaskContext>,
-    /// The query's windowed aggregate, when it has one: the plans above run on its rows.
-    window: Option<WindowAggregate>,
+    /// The query's aggregate, when it has one: the plans above run on its rows.
+    aggregate: Option<StreamAggregate>,
     /// The tables it joins its stream with, read as of processing time.
     lookups: Lookups,
     /// Whether it joins streams: a batch of one source joins the rows the others delivered
@@ -159,9 +160,9 @@ fn check_row_wise(plan: &LogicalPlan) -> Result<()> {
             let op = what.split(':').next().unwrap_or(&what).trim().to_string();
             bad = Some(format!(
                 "'{op}' needs the whole stream; a continuous INSERT runs row by row \
-                 (projections, filters, functions, CAST, CASE, UNION ALL) or aggregates \
-                 windows (FROM TUMBLE(source, time_column, size) ... GROUP BY window_start, \
-                 window_end, ...)"
+                 (projections, filters, functions, CAST, CASE, UNION ALL, joins) with one \
+                 aggregate at most (over windows, FROM TUMBLE(source, time_column, size) ... \
+                 GROUP BY window_start, window_end, ...)"
             ));
             return Ok(TreeNodeRecursion::Stop);
         }
@@ -195,7 +196,7 @@ impl ContinuousQuery {
             plans: Mutex::default(),
             task: executor.task_ctx(),
             executor,
-            window: None,
+            aggregate: None,
             lookups: Lookups::new(refresh),
             joins_streams: false,
         };
@@ -223,14 +224,14 @@ impl ContinuousQuery {
         }
         let rows = rows_of(&planned.plan);
         if aggregate_of(rows).is_some() {
-            query.window = Some(query.window_of(rows).await?);
+            query.aggregate = Some(query.aggregate_of(rows).await?);
         }
         Ok((query, planned.plan))
     }
 
-    /// The windowed aggregate of `rows` (the statement's rows), over the rows of the
+    /// The aggregate of `rows` (the statement's rows), over the rows of the
     /// per-batch plan for the sources' declared schemas.
-    async fn window_of(&self, rows: &LogicalPlan) -> Result<WindowAggregate> {
+    async fn aggregate_of(&self, rows: &LogicalPlan) -> Result<StreamAggregate> {
         let (name, (def, _)) = self
             .sources
             .iter()
@@ -248,14 +249,14 @@ impl ContinuousQuery {
             );
         }
         let lateness = floe_options(&self.executor).allowed_lateness;
-        let window = WindowAggregate::try_new(
+        let aggregate = StreamAggregate::try_new(
             rows,
             input,
             &self.executor,
             i64::try_from(lateness.as_micros()).unwrap_or(i64::MAX),
         )?;
         for def in self.sources.values().map(|(d, _)| d) {
-            if def.watermark.is_none() {
+            if aggregate.is_windowed() && def.watermark.is_none() {
                 return Err(Error::Plan(format!(
                     "this INSERT cannot run continuously: its windows close when event time \
                      passes them, and source {} declares no event time: declare it with \
@@ -264,14 +265,14 @@ impl ContinuousQuery {
                 )));
             }
         }
-        Ok(window)
+        Ok(aggregate)
     }
 
     /// The streaming plan, for `EXPLAIN`: where rows are emitted, the state kept, the plan
     /// each batch runs through, and the sources with their watermarks.
     pub async fn explain(&self) -> Result<String> {
         let mut out = String::new();
-        let indent = match &self.window {
+        let indent = match &self.aggregate {
             Some(w) => {
                 out.push_str(&w.explain());
                 "    "
@@ -320,9 +321,9 @@ impl ContinuousQuery {
         self.joins_streams
     }
 
-    /// The query's windowed aggregate, when it has one: [`Self::run`] gives its input rows.
-    pub fn window(&self) -> Option<&WindowAggregate> {
-        self.window.as_ref()
+    /// The query's aggregate, when it has one: [`Self::run`] gives its input rows.
+    pub fn aggregate(&self) -> Option<&StreamAggregate> {
+        self.aggregate.as_ref()
     }
 
     /// The logical plan for sources read as `schemas`, with NULL columns for the names the
