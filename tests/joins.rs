@@ -233,3 +233,120 @@ fn a_join_of_two_streams_killed_and_restarted_gives_the_same_rows() {
     );
     assert_eq!(shipped(killed.path()), expected, "killed and restarted");
 }
+
+/// Two order streams met within a time bound: `b` from 5 s before `a` to 2 s after, each
+/// up to 10 s out of order; the watermarks trail by `delay` seconds.
+fn interval_script(interval: &str, delay: &str) -> String {
+    let source = |name: &str, seed: u32, rate: u32| {
+        format!(
+            "CREATE SOURCE {name} (WATERMARK FOR order_time AS order_time - INTERVAL '{delay}'
+               SECOND) WITH ('connector' = 'datagen', 'profile' = 'orders',
+               'number-of-rows' = '{ROWS}', 'rows-per-second' = '{rate}', 'seed' = '{seed}',
+               'time.disorder' = '10s')"
+        )
+    };
+    format!(
+        "{CATALOG};
+         CREATE SCHEMA IF NOT EXISTS lake.shop;
+         CREATE TABLE IF NOT EXISTS lake.shop.met (a_id BIGINT, b_id BIGINT, customer BIGINT);
+         {}; {};
+         SET 'pipeline.name' = 'met';
+         SET 'checkpoint.interval' = '{interval}';
+         INSERT INTO lake.shop.met {INTERVAL_JOIN};",
+        source("a", 1, 60_000),
+        source("b", 3, 45_000)
+    )
+}
+
+const INTERVAL_JOIN: &str = "SELECT a.order_id AS a_id, b.order_id AS b_id, a.customer_id AS customer
+    FROM a JOIN b
+    ON a.customer_id = b.customer_id
+    AND b.order_time BETWEEN a.order_time - INTERVAL '5' SECOND AND a.order_time + INTERVAL '2' SECOND";
+
+fn met(dir: &Path) -> String {
+    let q = |sql: &str| query_csv(dir, CATALOG, sql);
+    let rows = q(
+        "SELECT count(*) AS n, count(DISTINCT a_id) AS a, sum(a_id) AS sa, sum(b_id) AS sb,
+                  sum(customer) AS c FROM lake.shop.met",
+    );
+    let late = match q("SELECT table_name FROM lake.information_schema.tables
+                        WHERE table_name = 'dead_letters'")
+    .lines()
+    .count()
+    {
+        1 => "no dead letters".to_string(),
+        _ => q(
+            "SELECT source, count(*) AS n, min(error) AS why FROM lake.shop.dead_letters
+                GROUP BY source ORDER BY source",
+        ),
+    };
+    format!("{rows}{late}")
+}
+
+/// The rows the job's last checkpoint keeps, per file.
+fn kept_rows(dir: &Path) -> usize {
+    let mut rows = 0;
+    for entry in std::fs::read_dir(dir.join(".floe/met")).unwrap() {
+        let path = entry.unwrap().path();
+        if path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("join-")
+        {
+            let file = std::fs::File::open(&path).unwrap();
+            for batch in datafusion::arrow::ipc::reader::FileReader::try_new(file, None).unwrap() {
+                rows += batch.unwrap().num_rows();
+            }
+        }
+    }
+    rows
+}
+
+#[test]
+fn an_interval_join_killed_and_restarted_gives_the_same_rows_and_lets_old_rows_go() {
+    // The watermarks allow the whole disorder: nothing is late; the rows are a batch query's.
+    let allowing = tempfile::tempdir().unwrap();
+    run_script_to_end(allowing.path(), &interval_script("200ms", "10"));
+    let setup = interval_script("1h", "10");
+    let setup = setup.split("SET 'pipeline.name'").next().unwrap();
+    let batch = query_csv(
+        allowing.path(),
+        setup,
+        &format!(
+            "SELECT count(*) AS n, count(DISTINCT a_id) AS a, sum(a_id) AS sa, sum(b_id) AS sb,
+               sum(customer) AS c FROM ({})",
+            INTERVAL_JOIN.replace('\n', " ")
+        ),
+    );
+    let allowed = met(allowing.path());
+    assert!(allowed.ends_with("no dead letters"), "{allowed}");
+    assert!(
+        allowed.starts_with(&batch),
+        "{allowed} is not the batch query's {batch}"
+    );
+    // Only the rows the watermarks have not passed are kept: a few seconds' worth of 480,000.
+    let kept = kept_rows(allowing.path());
+    assert!(kept < 2 * ROWS as usize / 100, "{kept} rows kept");
+
+    // Trailing by 8 s, records up to 10 s out of order come late: the same ones every run.
+    let straight = tempfile::tempdir().unwrap();
+    run_script_to_end(straight.path(), &interval_script("1h", "8"));
+    let expected = met(straight.path());
+    assert!(
+        expected.contains("late: its order_time is behind the watermark"),
+        "{expected}"
+    );
+
+    let frequent = tempfile::tempdir().unwrap();
+    run_script_to_end(frequent.path(), &interval_script("50ms", "8"));
+    assert_eq!(met(frequent.path()), expected, "frequent checkpoints");
+
+    let killed = tempfile::tempdir().unwrap();
+    let kills = kill_and_restart(killed.path(), &interval_script("100ms", "8"), 550);
+    assert!(
+        kills >= 3,
+        "the job ended too soon to be killed: only {kills} kills"
+    );
+    assert_eq!(met(killed.path()), expected, "killed and restarted");
+}

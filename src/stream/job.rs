@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use super::aggregate::AggregateState;
 use super::barrier::Committing;
 use super::maintain::Maintainer;
-use super::query::ContinuousQuery;
+use super::query::{ContinuousQuery, Output};
 use super::status::{JobState, JobStatus};
 use super::stream_join::JoinBuffers;
 use super::watermark::WatermarkTracker;
@@ -38,7 +38,9 @@ use crate::sink::route::{RouteOptions, RoutedSink};
 use crate::sink::table::TableTarget;
 use crate::sink::table_sink::TableSink;
 use crate::sink::{Outcome, Rejected, RowOrigins, Sink};
-use datafusion::arrow::array::{RecordBatch, UInt32Array};
+use datafusion::arrow::array::{AsArray, BooleanArray, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::{filter, filter_record_batch};
+use datafusion::arrow::datatypes::UInt32Type;
 
 /// Rows asked of a source per poll.
 const POLL_ROWS: usize = 32768;
@@ -243,10 +245,11 @@ impl Job {
                     runner.dead_letter(letters).await?;
                     runner.last_records[i] = Instant::now();
                     for (b, batch) in batches.into_iter().enumerate() {
-                        let watermarks = runner.advance_watermark(i, &batch).await?;
+                        let (own, job) = runner.advance_watermark(i, &batch).await?;
                         let origin = origins.as_ref().map(|o| (o, b));
-                        runner.process(&source, batch, origin, &watermarks).await?;
+                        runner.process(&source, batch, origin, &own, &job).await?;
                         runner.emit_windows().await?;
+                        runner.let_joined_rows_go()?;
                     }
                     runner.update_lag();
                 }
@@ -433,11 +436,16 @@ impl<'a> Runner<'a> {
             .store(lag.unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
-    /// Advance reader `i`'s watermark past `batch`. Returns, for a windowed job, the job's
-    /// watermark before each of `batch`'s records (`i64::MIN` before any).
-    async fn advance_watermark(&mut self, i: usize, batch: &RecordBatch) -> Result<Vec<i64>> {
+    /// Advance reader `i`'s watermark past `batch`. Returns the source's watermark before
+    /// each of `batch`'s records (`i64::MIN` before any), and, for a job that aggregates, the
+    /// job's.
+    async fn advance_watermark(
+        &mut self,
+        i: usize,
+        batch: &RecordBatch,
+    ) -> Result<(Vec<i64>, Vec<i64>)> {
         let Some(tracker) = &mut self.watermarks[i] else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Vec::new()));
         };
         let own = tracker.advance(batch).await?;
         if let Some(w) = self
@@ -447,12 +455,36 @@ impl<'a> Runner<'a> {
             self.job.status.watermark.store(w, Ordering::Relaxed);
         }
         if self.aggregate.is_none() {
-            return Ok(Vec::new());
+            return Ok((own, Vec::new()));
         }
-        Ok(match self.watermark(Some(i)) {
-            None => own,
-            Some(others) => own.into_iter().map(|w| w.min(others)).collect(),
-        })
+        let job = match self.watermark(Some(i)) {
+            None => own.clone(),
+            Some(others) => own.iter().map(|w| (*w).min(others)).collect(),
+        };
+        Ok((own, job))
+    }
+
+    /// For an interval join: let go of the kept rows no future row of the other source can
+    /// meet, now that its watermark has passed their reach.
+    fn let_joined_rows_go(&mut self) -> Result<()> {
+        let (Some(bound), Some(joins)) = (self.job.query.time_bound(), self.joins.as_mut()) else {
+            return Ok(());
+        };
+        let watermark = |source: &str| {
+            self.readers
+                .iter()
+                .position(|(name, _, _)| name == source)
+                .and_then(|i| self.watermarks[i].as_ref()?.current())
+        };
+        // A right row meets left rows up to `upper` after it; a left row, right rows from
+        // `lower` before it.
+        if let (Some(upper), Some(w)) = (bound.upper, watermark(&bound.left.0)) {
+            joins.expire(&bound.right.0, &bound.right.1, w.saturating_sub(upper))?;
+        }
+        if let (Some(lower), Some(w)) = (bound.lower, watermark(&bound.right.0)) {
+            joins.expire(&bound.left.0, &bound.left.1, w.saturating_add(lower))?;
+        }
+        Ok(())
     }
 
     /// The job's watermark (microseconds), leaving out reader `except`: the smallest of the
@@ -548,6 +580,7 @@ impl<'a> Runner<'a> {
         source: &str,
         batch: RecordBatch,
         origin: Option<(&Arc<dyn Origins>, usize)>,
+        own: &[i64],
         watermarks: &[i64],
     ) -> Result<()> {
         if batch.num_rows() == 0 {
@@ -557,9 +590,17 @@ impl<'a> Runner<'a> {
             .status
             .records_in
             .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+        let mut letters = Vec::new();
+        // Records an interval join is too late for: dead letters, and left out below.
+        let late = self.late_for_join(source, &batch, own)?;
+        let mut late_rows = vec![false; if late.is_empty() { 0 } else { batch.num_rows() }];
+        for (i, why) in late {
+            late_rows[i] = true;
+            let record = origin.and_then(|(o, b)| o.origin(b, i));
+            letters.push(dead_letter::letter(source, record, &batch.slice(i, 1), why));
+        }
         // Parts of the batch still to write, with where each starts in it.
         let mut pending = vec![(0, batch)];
-        let mut letters = Vec::new();
         while let Some((start, part)) = pending.pop() {
             let rows = origin.map(|(o, b)| RowOrigins {
                 origins: o.clone(),
@@ -570,7 +611,14 @@ impl<'a> Runner<'a> {
             let marks = watermarks
                 .get(start..start + part.num_rows())
                 .unwrap_or_default();
-            match self.write_rows(source, part.clone(), rows, marks).await {
+            let late = late_rows.get(start..start + part.num_rows());
+            if late.is_some_and(|l| l.iter().all(|late| *late)) {
+                continue;
+            }
+            match self
+                .write_rows(source, part.clone(), rows, marks, late)
+                .await
+            {
                 Ok(()) => {}
                 Err(e) if e.is_record() && part.num_rows() > 1 => {
                     let half = part.num_rows() / 2;
@@ -587,6 +635,43 @@ impl<'a> Runner<'a> {
         self.dead_letter(letters).await
     }
 
+    /// The records of `batch` (from `source`, whose watermark before each is `own`) that
+    /// come after their source's watermark passed them, when the job is an interval join
+    /// that may have let their partners go: each with why, in order.
+    fn late_for_join(
+        &self,
+        source: &str,
+        batch: &RecordBatch,
+        own: &[i64],
+    ) -> Result<Vec<(usize, String)>> {
+        let Some(bound) = self.job.query.time_bound() else {
+            return Ok(Vec::new());
+        };
+        let column = match source {
+            s if s == bound.left.0 => &bound.left.1,
+            s if s == bound.right.0 => &bound.right.1,
+            _ => return Ok(Vec::new()),
+        };
+        let times = crate::stream::stream_join::micros(batch, column)?;
+        Ok(times
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| {
+                let watermark = own.get(i).copied().unwrap_or(i64::MIN);
+                let t = t?;
+                (t < watermark).then(|| {
+                    (
+                        i,
+                        format!(
+                            "late: its {column} is behind the watermark of {source}, and the \
+                             interval join may have let go of the rows it would have met"
+                        ),
+                    )
+                })
+            })
+            .collect())
+    }
+
     /// The query's output for `batch`, written as one batch (so that a bad row writes
     /// nothing of the batch). `origins` (of `batch`'s rows) go with the output, mapped to
     /// its rows, when the query says which input row each output row came from.
@@ -596,9 +681,14 @@ impl<'a> Runner<'a> {
         batch: RecordBatch,
         origins: Option<RowOrigins>,
         watermarks: &[i64],
+        late: Option<&[bool]>,
     ) -> Result<()> {
-        let kept = self.joins.is_some().then(|| batch.clone());
-        self.write_query_rows(source, batch, origins, watermarks)
+        let kept = match (&self.joins, late) {
+            (None, _) => None,
+            (Some(_), None) => Some(batch.clone()),
+            (Some(_), Some(late)) => Some(without(&batch, late)?),
+        };
+        self.write_query_rows(source, batch, origins, watermarks, late)
             .await?;
         if let (Some(joins), Some(batch)) = (&mut self.joins, kept) {
             // Joined and written: the later batches of the other sources join it.
@@ -613,13 +703,41 @@ impl<'a> Runner<'a> {
         batch: RecordBatch,
         origins: Option<RowOrigins>,
         watermarks: &[i64],
+        late: Option<&[bool]>,
     ) -> Result<()> {
         let (batch, changes) = changes::split_changes(batch)?;
-        let out = self
-            .job
-            .query
-            .run(source, batch, self.joins.as_ref())
+        let query = &self.job.query;
+        let mut out = query
+            .run(source, batch.clone(), self.joins.as_ref())
             .await?;
+        if let Some(late) = late.filter(|l| l.iter().any(|late| *late)) {
+            // Late records are left out: the rows they made, or (when the rows do not say
+            // which record made them) the records, before the query runs again.
+            out = match out.inputs {
+                Some(inputs) => {
+                    let keep: BooleanArray = inputs
+                        .values()
+                        .iter()
+                        .map(|&r| Some(!late[r as usize]))
+                        .collect();
+                    let left_out = |e| Error::Internal(format!("leaving out late rows: {e}"));
+                    Output {
+                        rows: filter_record_batch(&out.rows, &keep).map_err(left_out)?,
+                        inputs: Some(
+                            filter(&inputs, &keep)
+                                .map_err(left_out)?
+                                .as_primitive::<UInt32Type>()
+                                .clone(),
+                        ),
+                    }
+                }
+                None => {
+                    let on_time = without(&batch, late)?;
+                    let rows = query.run(source, on_time, self.joins.as_ref()).await?.rows;
+                    Output { rows, inputs: None }
+                }
+            };
+        }
         if out.rows.num_rows() == 0 {
             return Ok(());
         }
@@ -672,6 +790,13 @@ impl<'a> Runner<'a> {
         self.job.status.records_dead.fetch_add(n, Ordering::Relaxed);
         Ok(())
     }
+}
+
+/// `batch` without its rows that `late` marks.
+fn without(batch: &RecordBatch, late: &[bool]) -> Result<RecordBatch> {
+    let keep = BooleanArray::from(late.iter().map(|l| !l).collect::<Vec<_>>());
+    filter_record_batch(batch, &keep)
+        .map_err(|e| Error::Internal(format!("leaving out late rows: {e}")))
 }
 
 /// The query's output `rows` of a change stream's batch, with its change columns last again

@@ -31,7 +31,7 @@ use super::lookup::{Lookups, unsupported_join};
 use super::planner::{Planned, QueryPlanner, missing_column};
 use super::slot::{BatchSlot, INPUT_ROW, SlotTable};
 use super::source_table::SourceTable;
-use super::stream_join::JoinBuffers;
+use super::stream_join::{JoinBuffers, TimeBound};
 use crate::connector::SourceRef;
 use crate::error::{Error, ErrorKind, Reject, Result};
 
@@ -55,6 +55,8 @@ pub struct ContinuousQuery {
     /// Whether it joins streams: a batch of one source joins the rows the others delivered
     /// before it (see [`super::stream_join`]).
     joins_streams: bool,
+    /// The time bound of its join between streams, when its condition sets one.
+    time_bound: Option<TimeBound>,
 }
 
 /// Plans by source and batch schema, and the columns of those schemas in all.
@@ -199,6 +201,7 @@ impl ContinuousQuery {
             aggregate: None,
             lookups: Lookups::new(refresh),
             joins_streams: false,
+            time_bound: None,
         };
         let schemas = query
             .sources
@@ -208,6 +211,9 @@ impl ContinuousQuery {
         let (planned, _) = query.plan_logical(&schemas).await?;
         check_row_wise(per_batch(&planned.plan))?;
         query.joins_streams = check_stream_joins(per_batch(&planned.plan), &query.sources)?;
+        if query.joins_streams {
+            query.time_bound = time_bound_of(per_batch(&planned.plan), &query.sources);
+        }
         query.sources.retain(|n, _| planned.sources.contains(n));
         if query.sources.is_empty() {
             return Err(Error::Plan(
@@ -290,11 +296,27 @@ impl ContinuousQuery {
                 out.push_str(&format!("{indent}  {line}\n"));
             }
         }
-        if self.joins_streams {
-            out.push_str(
+        match (&self.time_bound, self.joins_streams) {
+            (Some(b), _) => {
+                let show = |v: Option<i64>| v.map_or("open".to_string(), |us| format!("{us}us"));
+                out.push_str(&format!(
+                    "JoinState: interval join, {}.{} - {}.{} between {} and {}: each source's \
+                     rows kept (and saved with each checkpoint) until the other source's \
+                     watermark has passed their reach; records behind their own source's \
+                     watermark: dead letters ('late')\n",
+                    b.left.0,
+                    b.left.1,
+                    b.right.0,
+                    b.right.1,
+                    show(b.lower),
+                    show(b.upper)
+                ));
+            }
+            (None, true) => out.push_str(
                 "JoinState: every row of each joined source, kept for the life of the job and \
                  saved with each checkpoint; a batch joins the other sources' kept rows\n",
-            );
+            ),
+            (None, false) => {}
         }
         for name in self.lookups.names() {
             out.push_str(&format!(
@@ -314,6 +336,11 @@ impl ContinuousQuery {
             ));
         }
         Ok(out)
+    }
+
+    /// The time bound of the query's join between streams, if its condition sets one.
+    pub fn time_bound(&self) -> Option<&TimeBound> {
+        self.time_bound.as_ref()
     }
 
     /// Whether the query joins streams (and [`Self::run`] needs the rows each delivered).
@@ -659,6 +686,42 @@ fn check_stream_joins(
         ));
     }
     Ok(true)
+}
+
+/// The time bound of the join between streams in `plan`, when its condition sets one.
+fn time_bound_of(
+    plan: &LogicalPlan,
+    sources: &BTreeMap<String, (SourceRef, Arc<BatchSlot>)>,
+) -> Option<TimeBound> {
+    use super::lookup::reads_source;
+    // The one source a side reads, with its schema.
+    let side_source = |side: &LogicalPlan| {
+        let mut found = Vec::new();
+        let _ = side.apply(|node| {
+            if let LogicalPlan::TableScan(scan) = node
+                && let Ok(p) = datafusion::datasource::source_as_provider(&scan.source)
+                && let Some(t) = p.as_any().downcast_ref::<SlotTable>()
+                && let Some((name, (def, _))) =
+                    sources.iter().find(|(_, (_, s))| Arc::ptr_eq(s, t.slot()))
+            {
+                found.push((name.clone(), def.schema.clone()));
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        (found.len() == 1).then(|| found.remove(0))
+    };
+    let mut bound = None;
+    let _ = plan.apply(|node| {
+        if let LogicalPlan::Join(j) = node
+            && reads_source(&j.left)
+            && reads_source(&j.right)
+        {
+            bound = TimeBound::of(j, side_source);
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    bound
 }
 
 /// Whether `plan` has a join in it.
