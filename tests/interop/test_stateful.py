@@ -132,3 +132,78 @@ def test_windows_match_an_independent_computation(run_lake, lake: SqlLake, duck,
         assert letter["error"].startswith("late: its window ended at"), letter["error"]
         by_job.setdefault(letter["job"], set()).add(json.loads(letter["payload"])["id"])
     assert by_job == {"per-minute": late_minute, "busy": late_hop}
+
+
+def late_ids(events: list[dict], delay_s: int) -> set[int]:
+    """The ids of records behind their stream's watermark when they came."""
+    late, watermark = set(), None
+    for e in events:
+        ts = dt.datetime.fromisoformat(e["ts"])
+        if watermark is not None and ts < watermark:
+            late.add(e["id"])
+        mark = ts - dt.timedelta(seconds=delay_s)
+        watermark = mark if watermark is None or mark > watermark else watermark
+    return late
+
+
+def test_interval_join_matches_an_independent_computation(run_lake, lake: SqlLake, duck, tmp_path: Path):
+    """Clicks met with the impressions of the same ad shown up to 10 s before them. Both
+    streams come out of order; the records behind their stream's watermark are dead letters
+    (their partners may be gone), the others meet exactly as DuckDB's join says."""
+    import pyarrow as pa
+
+    rng = random.Random(11)
+
+    def stream(name: str, n: int, step_ms: int) -> list[dict]:
+        rows = [
+            {
+                "id": i,
+                "ad": rng.randint(1, 60),
+                "ts": (BASE + dt.timedelta(milliseconds=i * step_ms - rng.randint(0, 6000)))
+                .isoformat(timespec="milliseconds"),
+            }
+            for i in range(n)
+        ]
+        path = tmp_path / name / f"{name}.jsonl"
+        path.parent.mkdir(parents=True)
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return rows
+
+    impressions = stream("impressions", 4000, 150)
+    clicks = stream("clicks", 3000, 200)
+    source = lambda name: (  # noqa: E731
+        f"CREATE SOURCE {name} (id BIGINT, ad BIGINT, ts TIMESTAMP, "
+        f"WATERMARK FOR ts AS ts - INTERVAL '{DELAY_S}' SECOND) WITH ('connector' = "
+        f"'filesystem', 'path' = '{tmp_path / name}', 'format' = 'json')"
+    )
+    run_lake(
+        "CREATE SCHEMA lake.ads",
+        "CREATE TABLE lake.ads.attributed (click BIGINT, impression BIGINT, ad BIGINT)",
+        source("impressions"),
+        source("clicks"),
+        f"SET 'state.dir' = '{tmp_path / 'state'}'",
+        "SET 'table.dml-sync' = 'true'",
+        "SET 'pipeline.name' = 'attributed'",
+        "INSERT INTO lake.ads.attributed SELECT c.id, i.id, c.ad FROM clicks c "
+        "JOIN impressions i ON c.ad = i.ad AND c.ts BETWEEN i.ts AND i.ts + INTERVAL '10' SECOND",
+    )
+    late_clicks, late_impressions = late_ids(clicks, DELAY_S), late_ids(impressions, DELAY_S)
+    assert late_clicks and late_impressions, "the streams have late records"
+    for name, rows, late in (("c", clicks, late_clicks), ("i", impressions, late_impressions)):
+        duck.register(name, pa.Table.from_pylist([r for r in rows if r["id"] not in late]))
+    want = duck.execute(
+        "SELECT c.id, i.id, c.ad FROM c JOIN i ON c.ad = i.ad "
+        "AND CAST(c.ts AS TIMESTAMP) BETWEEN CAST(i.ts AS TIMESTAMP) "
+        "AND CAST(i.ts AS TIMESTAMP) + INTERVAL 10 SECOND ORDER BY 1, 2"
+    ).fetchall()
+    assert len(want) > 100
+    got = lake.pyiceberg().load_table("ads.attributed").scan().to_arrow()
+    got = sorted(tuple(r.values()) for r in got.to_pylist())
+    assert got == [tuple(r) for r in want]
+
+    letters = lake.pyiceberg().load_table("ads.dead_letters").scan().to_arrow().to_pylist()
+    by_source: dict[str, set[int]] = {}
+    for letter in letters:
+        assert letter["error"].startswith("late: its ts is behind the watermark"), letter["error"]
+        by_source.setdefault(letter["source"], set()).add(json.loads(letter["payload"])["id"])
+    assert by_source == {"clicks": late_clicks, "impressions": late_impressions}
