@@ -48,7 +48,7 @@ pub struct WindowFunctions;
 const MARK: &str = "__window_";
 
 /// Rewrites `TUMBLE(table, ...)` (and the other window functions) in `FROM` as
-/// `table(__window_tumble, ...)` (see [`MARK`]).
+/// `table(__window_tumble, ...)`.
 pub struct WindowRewriter;
 
 impl VisitorMut for WindowRewriter {
