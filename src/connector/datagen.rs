@@ -7,6 +7,9 @@
 //!                                'events.drift-at' on (default: half the rows, or 100,000),
 //!                                page views carry user_agent and scroll_depth, and a new
 //!                                event type, interaction, appears
+//!                 = 'nexmark.person' | 'nexmark.auction' | 'nexmark.bid'
+//!                                the Nexmark benchmark's streams (see `nexmark`), with
+//!                                'nexmark.events-per-second' of event time (default 10000)
 //! 'number-of-rows'  = N          stop after N rows (default: never)
 //! 'rows-per-second' = R          at most R rows a second (default: as fast as possible)
 //! 'seed'            = S          a different seed gives different values (default 0)
@@ -29,6 +32,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
+use super::nexmark::Stream;
 use super::{Offsets, Poll, SourceReader};
 use crate::error::{Error, Result};
 use crate::sql::Options;
@@ -44,6 +48,8 @@ pub struct DatagenOptions {
     pub seed: u64,
     /// How far out of order event times come, in microseconds.
     pub disorder: u64,
+    /// For the Nexmark streams: event time between two events, in microseconds.
+    pub nexmark_interval: i64,
 }
 
 /// What the generated rows look like.
@@ -55,6 +61,8 @@ pub enum Profile {
     Events,
     /// Random values for the declared columns.
     Declared,
+    /// One of the Nexmark benchmark's streams.
+    Nexmark(Stream),
 }
 
 const PRODUCTS: [&str; 8] = [
@@ -92,15 +100,21 @@ impl DatagenOptions {
             (Some("orders") | None, None) => Profile::Orders,
             (Some("events"), None) => Profile::Events,
             (None, Some(_)) => Profile::Declared,
-            (Some(p @ ("orders" | "events")), Some(_)) => {
+            (Some(p), None) if Stream::of_profile(p).is_some() => {
+                Profile::Nexmark(Stream::of_profile(p).expect("matched"))
+            }
+            (Some(p), Some(_))
+                if matches!(p, "orders" | "events") || Stream::of_profile(p).is_some() =>
+            {
                 return Err(Error::Option(format!(
                     "'profile' = '{p}' has its own columns: declare no columns"
                 )));
             }
             (Some(other), _) => {
                 return Err(Error::Option(format!(
-                    "datagen profile '{other}' is not known; use 'orders' or 'events', or \
-                     declare columns for random values"
+                    "datagen profile '{other}' is not known; use 'orders', 'events', \
+                     'nexmark.person', 'nexmark.auction' or 'nexmark.bid', or declare columns \
+                     for random values"
                 )));
             }
         };
@@ -151,7 +165,10 @@ impl DatagenOptions {
             })
             .transpose()?
             .unwrap_or(0);
+        let nexmark_interval =
+            super::nexmark::event_interval(options.take_str("nexmark.events-per-second"))?;
         let schema = match profile {
+            Profile::Nexmark(stream) => stream.schema(),
             Profile::Orders => orders_schema(),
             Profile::Events => events_schema(),
             Profile::Declared => {
@@ -177,6 +194,7 @@ impl DatagenOptions {
                 rows_per_second,
                 seed,
                 disorder,
+                nexmark_interval,
             },
         ))
     }
@@ -269,6 +287,12 @@ impl DatagenReader {
         let seed = self.options.seed;
         let c = index as u64;
         let field = self.schema.field(index);
+        if let Profile::Nexmark(stream) = self.options.profile {
+            let interval = self.options.nexmark_interval;
+            return super::nexmark::column(stream, field.name(), rows, interval, |n, salt| {
+                mix(seed, n, 100 + salt)
+            });
+        }
         if self.options.profile == Profile::Events {
             return self.event_column(field.name(), c, rows);
         }

@@ -13,6 +13,7 @@ pub mod datagen;
 pub mod filesystem;
 pub mod kafka;
 pub mod kinesis;
+pub mod nexmark;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
