@@ -51,8 +51,9 @@ impl Rng {
 }
 
 /// Run `script` in `dir`, killing it with SIGKILL at random moments five times, then to
-/// the end. Returns how many times it was killed.
-pub fn kill_and_restart(dir: &Path, script: &str, max_ms: u64) -> u32 {
+/// the end; fails unless it was killed at least three times (else the job ended too soon for
+/// the run to prove anything).
+pub fn kill_and_restart(dir: &Path, script: &str, max_ms: u64) {
     std::fs::write(dir.join("job.sql"), script).unwrap();
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -85,8 +86,11 @@ pub fn kill_and_restart(dir: &Path, script: &str, max_ms: u64) -> u32 {
         child.wait().unwrap();
     }
     eprintln!("killed {kills} times");
+    assert!(
+        kills >= 3,
+        "the job ended too soon to be killed: only {kills} kills"
+    );
     run_script_to_end(dir, script);
-    kills
 }
 
 /// Run `script` in `dir` until `FLOE_FAILPOINT=failpoint` kills it (failing if it does
