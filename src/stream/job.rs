@@ -619,7 +619,16 @@ impl<'a> Runner<'a> {
                 .write_rows(source, part.clone(), rows, marks, late)
                 .await
             {
-                Ok(()) => {}
+                Ok(()) => {
+                    if let Some(joins) = &mut self.joins {
+                        // Joined and written: the later batches of the other sources join it.
+                        let kept = match late {
+                            Some(late) => without(&part, late)?,
+                            None => part,
+                        };
+                        joins.keep(source, kept)?;
+                    }
+                }
                 Err(e) if e.is_record() && part.num_rows() > 1 => {
                     let half = part.num_rows() / 2;
                     pending.push((start + half, part.slice(half, part.num_rows() - half)));
@@ -674,30 +683,9 @@ impl<'a> Runner<'a> {
 
     /// The query's output for `batch`, written as one batch (so that a bad row writes
     /// nothing of the batch). `origins` (of `batch`'s rows) go with the output, mapped to
-    /// its rows, when the query says which input row each output row came from.
+    /// its rows, when the query says which input row each output row came from; the rows
+    /// `late` marks are left out.
     async fn write_rows(
-        &mut self,
-        source: &str,
-        batch: RecordBatch,
-        origins: Option<RowOrigins>,
-        watermarks: &[i64],
-        late: Option<&[bool]>,
-    ) -> Result<()> {
-        let kept = match (&self.joins, late) {
-            (None, _) => None,
-            (Some(_), None) => Some(batch.clone()),
-            (Some(_), Some(late)) => Some(without(&batch, late)?),
-        };
-        self.write_query_rows(source, batch, origins, watermarks, late)
-            .await?;
-        if let (Some(joins), Some(batch)) = (&mut self.joins, kept) {
-            // Joined and written: the later batches of the other sources join it.
-            joins.keep(source, batch)?;
-        }
-        Ok(())
-    }
-
-    async fn write_query_rows(
         &mut self,
         source: &str,
         batch: RecordBatch,
