@@ -25,8 +25,7 @@ use std::sync::{Arc, Mutex};
 
 use arrow_avro::reader::ReaderBuilder;
 use arrow_avro::schema::{AvroSchema, Fingerprint, FingerprintAlgorithm, SchemaStore};
-use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
-use datafusion::arrow::compute::cast;
+use datafusion::arrow::array::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef};
 
 use super::{Decoded, Group};
@@ -621,18 +620,8 @@ fn decode_bodies(
             batch.num_rows()
         ));
     }
-    let columns = batch
-        .columns()
-        .iter()
-        .zip(arrow.fields())
-        .map(|(c, f)| {
-            if c.data_type() == f.data_type() {
-                Ok(c.clone())
-            } else {
-                cast(c, f.data_type()).map_err(|e| e.to_string())
-            }
-        })
-        .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
+    let columns = crate::schema::types::cast_to_fields(batch.columns(), arrow.fields())
+        .map_err(|(_, e)| e.to_string())?;
     let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
     RecordBatch::try_new_with_options(arrow.clone(), columns, &options).map_err(|e| e.to_string())
 }

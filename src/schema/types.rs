@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema as ArrowSchema, TimeUnit};
+use datafusion::arrow::error::ArrowError;
 use iceberg::arrow::arrow_schema_to_schema_auto_assign_ids;
 use iceberg::spec::{ListType, NestedFieldRef, PrimitiveType, Schema, StructType, Type};
 
@@ -251,6 +252,26 @@ pub fn arrow_type_name(t: &DataType) -> String {
         DataType::Map(_, _) => "map".into(),
         other => other.to_string(),
     }
+}
+
+/// `columns` cast to the types of `fields`, one for one (a column already of its field's type
+/// is kept as it is); the first that cannot be cast fails, with its place.
+pub fn cast_to_fields(
+    columns: &[datafusion::arrow::array::ArrayRef],
+    fields: &Fields,
+) -> std::result::Result<Vec<datafusion::arrow::array::ArrayRef>, (usize, ArrowError)> {
+    columns
+        .iter()
+        .zip(fields.iter())
+        .enumerate()
+        .map(|(i, (c, f))| {
+            if c.data_type() == f.data_type() {
+                Ok(c.clone())
+            } else {
+                datafusion::arrow::compute::cast(c, f.data_type()).map_err(|e| (i, e))
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

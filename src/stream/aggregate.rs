@@ -26,7 +26,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions,
+    Array, AsArray, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions,
 };
 use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch, not};
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampMicrosecondType};
@@ -555,26 +555,16 @@ impl StreamAggregate {
         if rows.schema() == self.input {
             return Ok(rows);
         }
-        let columns = self
-            .input
-            .fields()
-            .iter()
-            .zip(rows.columns())
-            .map(|(f, c)| {
-                if c.data_type() == f.data_type() {
-                    Ok(c.clone())
-                } else {
-                    cast(c, f.data_type()).map_err(|e| {
-                        Error::Record(Reject::new(format!(
-                            "column {} is {}, the windowed query reads it as {}: {e}",
-                            f.name(),
-                            c.data_type(),
-                            f.data_type()
-                        )))
-                    })
-                }
-            })
-            .collect::<Result<Vec<ArrayRef>>>()?;
+        let fields = self.input.fields();
+        let columns =
+            crate::schema::types::cast_to_fields(rows.columns(), fields).map_err(|(i, e)| {
+                Error::Record(Reject::new(format!(
+                    "column {} is {}, the windowed query reads it as {}: {e}",
+                    fields[i].name(),
+                    rows.column(i).data_type(),
+                    fields[i].data_type()
+                )))
+            })?;
         let options = RecordBatchOptions::new().with_row_count(Some(rows.num_rows()));
         let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(
             self.input
