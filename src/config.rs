@@ -165,50 +165,57 @@ impl ExtensionOptions for FloeOptions {
     }
 
     fn entries(&self) -> Vec<ConfigEntry> {
+        let entry = |key: &str, value: Option<String>, description: &'static str| ConfigEntry {
+            key: format!("floe.{key}"),
+            value,
+            description,
+        };
         vec![
-            ConfigEntry {
-                key: format!("floe.{PIPELINE_NAME}"),
-                value: self.pipeline_name.clone(),
-                description: "Name of the next continuous job; a job restarted under the same \
-                              name resumes from its last checkpoint.",
-            },
-            ConfigEntry {
-                key: format!("floe.{CHECKPOINT_INTERVAL}"),
-                value: Some(format_duration(self.checkpoint_interval)),
-                description: "How often a continuous job checkpoints and commits.",
-            },
-            ConfigEntry {
-                key: format!("floe.{STATE_DIR}"),
-                value: Some(self.state_dir.clone()),
-                description: "Folder where continuous jobs keep their checkpoint records.",
-            },
-            ConfigEntry {
-                key: format!("floe.{DML_SYNC}"),
-                value: Some(self.dml_sync.to_string()),
-                description: "Whether a continuous INSERT waits until its job ends.",
-            },
-            ConfigEntry {
-                key: format!("floe.{ALLOWED_LATENESS}"),
-                value: Some(format_duration(self.allowed_lateness)),
-                description: "How long after its end a window waits for late records.",
-            },
-            ConfigEntry {
-                key: format!("floe.{LOOKUP_REFRESH}"),
-                value: Some(format_duration(self.lookup_refresh)),
-                description: "How often a continuous job reads again a table it looks up.",
-            },
-            ConfigEntry {
-                key: format!("floe.{IDLE_TIMEOUT}"),
-                value: self.idle_timeout.map(format_duration),
-                description: "How long a source may send nothing before it no longer holds \
-                              the watermark back.",
-            },
+            entry(
+                PIPELINE_NAME,
+                self.pipeline_name.clone(),
+                "Name of the next continuous job; a job restarted under the same name resumes \
+                 from its last checkpoint.",
+            ),
+            entry(
+                CHECKPOINT_INTERVAL,
+                Some(format_duration(self.checkpoint_interval)),
+                "How often a continuous job checkpoints and commits.",
+            ),
+            entry(
+                STATE_DIR,
+                Some(self.state_dir.clone()),
+                "Folder where continuous jobs keep their checkpoint records.",
+            ),
+            entry(
+                DML_SYNC,
+                Some(self.dml_sync.to_string()),
+                "Whether a continuous INSERT waits until its job ends.",
+            ),
+            entry(
+                ALLOWED_LATENESS,
+                Some(format_duration(self.allowed_lateness)),
+                "How long after its end a window waits for late records.",
+            ),
+            entry(
+                LOOKUP_REFRESH,
+                Some(format_duration(self.lookup_refresh)),
+                "How often a continuous job reads again a table it looks up.",
+            ),
+            entry(
+                IDLE_TIMEOUT,
+                self.idle_timeout.map(format_duration),
+                "How long a source may send nothing before it no longer holds the watermark \
+                 back.",
+            ),
         ]
         .into_iter()
-        .chain(self.maintenance.iter().map(|(k, v)| ConfigEntry {
-            key: format!("floe.{k}"),
-            value: Some(v.clone()),
-            description: "How continuous jobs maintain the tables they write.",
+        .chain(self.maintenance.iter().map(|(k, v)| {
+            entry(
+                k,
+                Some(v.clone()),
+                "How continuous jobs maintain the tables they write.",
+            )
         }))
         .collect()
     }
