@@ -97,13 +97,16 @@ impl Session {
                 }
             )));
         }
-        if query.aggregate().is_some_and(|a| !a.is_windowed()) && !keyed {
+        if let Some(a) = query.aggregate().filter(|a| !a.is_windowed())
+            && !keyed
+        {
             return Err(Error::Plan(format!(
-                "an aggregate without windows updates each group's row at every checkpoint, \
-                 and table {ident} has no primary key to replace the rows by: create it with \
-                 the group columns as its PRIMARY KEY (...) NOT ENFORCED, or aggregate over \
-                 windows (FROM TUMBLE(source, time_column, size) ... GROUP BY window_start, \
-                 window_end, ...)"
+                "{} without windows updates its rows at every checkpoint, and table {ident} has \
+                 no primary key to replace the rows by: create it with {} as its PRIMARY KEY \
+                 (...) NOT ENFORCED, or {}",
+                a.kind(),
+                a.updating_key(),
+                a.windowed_alternative()
             )));
         }
         if !changes.is_empty() && !keyed {
@@ -173,13 +176,13 @@ impl Session {
             ));
         }
         let (query, _) = ContinuousQuery::try_new(planner, &self.sources()).await?;
-        if query.aggregate().is_some_and(|a| !a.is_windowed()) {
-            return Err(Error::Plan(
-                "ROUTE BY with an aggregate without windows: its rows are updated by key, \
-                 which a routed table does not have; INSERT INTO one table with the group \
-                 columns as its PRIMARY KEY"
-                    .into(),
-            ));
+        if let Some(a) = query.aggregate().filter(|a| !a.is_windowed()) {
+            return Err(Error::Plan(format!(
+                "ROUTE BY with {} without windows: its rows are updated by key, which a routed \
+                 table does not have; INSERT INTO one table with {} as its PRIMARY KEY",
+                a.kind(),
+                a.updating_key()
+            )));
         }
         let target = Target {
             catalog_name: catalog_name.clone(),

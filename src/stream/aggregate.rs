@@ -21,12 +21,17 @@
 //! user-registered UDAFs): what a partial aggregate outputs is exactly their `state()`, and
 //! the final and reducing aggregates `merge_batch` it. So the state a checkpoint saves is
 //! plain Arrow, restored by reading it back.
+//!
+//! A top-N (`ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) ... WHERE rn <= N`, see
+//! [`super::top_n`]) runs through the same stages and emits the same ways (a window's rows
+//! once, or each partition's rows at each checkpoint): its state is rows, at most N per
+//! partition, its merge keeps the top N of the rows merged, and its finish numbers them.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, AsArray, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions,
+    Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions,
 };
 use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch, not};
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampMicrosecondType};
@@ -46,29 +51,41 @@ use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
 use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
 
 use super::slot::{BatchSlot, SlotExec};
+use super::top_n::{TopN, rank_limit};
 use crate::error::{Error, Reject, Result};
 use crate::sql::windows::WINDOW_END;
 
 /// State batches kept before they are merged into one.
 const COMPACT_AFTER: usize = 32;
 
-/// A continuous query's aggregate: the plans of its stages.
+/// A continuous query's stateful step: its aggregate, or its top-N per partition
+/// ([`TopN`], the `ROW_NUMBER()` pattern), with the plans of its stages.
 pub struct StreamAggregate {
     /// The rows it aggregates: the query's rows below the aggregate.
     input: SchemaRef,
     /// Where a row of `input` and a row of the state have their window's end, for an
     /// aggregate over windows.
     windows: Option<(WindowColumn, WindowColumn)>,
-    /// The group columns: the first columns of the state and of the aggregate's rows.
-    groups: usize,
-    partial: Stage,
-    reduce: Stage,
-    finish: Stage,
+    op: Op,
     /// The query above the aggregate (projections, HAVING), over the aggregate's rows.
     upper: Stage,
     /// How long after its end a window waits for late records, in microseconds.
     lateness: i64,
     task: Arc<TaskContext>,
+}
+
+/// What the state is and how it is merged and finished.
+enum Op {
+    /// `GROUP BY`: DataFusion's `AggregateExec` in its modes; the state is the groups'
+    /// accumulator states, the group columns first.
+    Group {
+        groups: usize,
+        partial: Stage,
+        reduce: Stage,
+        finish: Stage,
+    },
+    /// `ROW_NUMBER() ... <= N`: the state is rows, the top N of each partition.
+    Top(TopN),
 }
 
 /// The `window_end` column of a batch.
@@ -175,16 +192,105 @@ impl AggregateState {
     }
 }
 
-/// The only aggregate of `plan` (the rows of a continuous query), reached through row-wise
-/// nodes (projections, filters, aliases), if it has one there.
-pub fn aggregate_of(plan: &LogicalPlan) -> Option<&Aggregate> {
+/// The node of `plan` (the rows of a continuous query) that keeps state across batches,
+/// reached through row-wise nodes (projections, filters, aliases): its one aggregate, or its
+/// `ROW_NUMBER()` window (a top-N); the rows below it run per batch.
+pub fn stateful_node(plan: &LogicalPlan) -> Option<&LogicalPlan> {
     match plan {
-        LogicalPlan::Aggregate(a) => Some(a),
-        LogicalPlan::Projection(p) => aggregate_of(&p.input),
-        LogicalPlan::Filter(f) => aggregate_of(&f.input),
-        LogicalPlan::SubqueryAlias(s) => aggregate_of(&s.input),
+        LogicalPlan::Aggregate(_) | LogicalPlan::Window(_) => Some(plan),
+        LogicalPlan::Projection(p) => stateful_node(&p.input),
+        LogicalPlan::Filter(f) => stateful_node(&f.input),
+        LogicalPlan::SubqueryAlias(s) => stateful_node(&s.input),
         _ => None,
     }
+}
+
+/// The stages of `aggregate` (a `GROUP BY`) over rows of `input`, and where its rows and
+/// state have their window's end when it groups by windows.
+fn group(
+    aggregate: &Aggregate,
+    input: &SchemaRef,
+    state: &SessionState,
+) -> Result<(Op, Option<(WindowColumn, WindowColumn)>)> {
+    if aggregate
+        .group_expr
+        .iter()
+        .any(|e| matches!(e, Expr::GroupingSet(_)))
+    {
+        return Err(unsupported(
+            "GROUPING SETS, ROLLUP and CUBE do not run continuously yet",
+        ));
+    }
+    let logical_input = aggregate.input.schema();
+    let group_window = aggregate
+        .group_expr
+        .iter()
+        .position(|e| matches!(e, Expr::Column(c) if c.name == WINDOW_END))
+        .map(|index| WindowColumn { index });
+    let windows = match group_window {
+        Some(state_end) => {
+            let input_end = WindowColumn::find(input.fields().iter().map(AsRef::as_ref))
+                .ok_or_else(|| Error::Internal("the windowed rows have no window column".into()))?;
+            Some((input_end, state_end))
+        }
+        None => None,
+    };
+    let props = state.execution_props();
+    // Simplified as DataFusion's optimizer would (`coalesce` runs only as a CASE), under
+    // their own names, which the plan above reads them by.
+    let simplify = simplifier(state, logical_input);
+    let group_by = PhysicalGroupBy::new_single(
+        aggregate
+            .group_expr
+            .iter()
+            .map(|e| {
+                Ok((
+                    create_physical_expr(&simplify(e)?, logical_input, props)?,
+                    datafusion::logical_expr::expr::physical_name(e)?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?,
+    );
+    let mut aggregates = Vec::new();
+    let mut filters = Vec::new();
+    for e in &aggregate.aggr_expr {
+        let named = simplify(&e.clone().unalias())?.alias(e.schema_name().to_string());
+        let (agg, filter, _) =
+            create_aggregate_expr_and_maybe_filter(&named, logical_input, input, props)?;
+        aggregates.push(agg);
+        filters.push(filter);
+    }
+    let partial = Stage::over(input.clone(), |leaf| {
+        Ok(Arc::new(AggregateExec::try_new(
+            AggregateMode::Partial,
+            group_by.clone(),
+            aggregates.clone(),
+            filters.clone(),
+            leaf,
+            input.clone(),
+        )?))
+    })?;
+    let merged = |mode: AggregateMode| {
+        Stage::over(partial.schema(), |leaf| {
+            Ok(Arc::new(AggregateExec::try_new(
+                mode,
+                group_by.as_final(),
+                aggregates.clone(),
+                filters.clone(),
+                leaf,
+                input.clone(),
+            )?))
+        })
+    };
+    let reduce = merged(AggregateMode::PartialReduce)?;
+    let finish = merged(AggregateMode::Final)?;
+    let op = Op::Group {
+        groups: aggregate.group_expr.len(),
+        partial,
+        reduce,
+        finish,
+    };
+    Ok((op, windows))
 }
 
 /// `plan` with each aggregate reading only the columns its expressions use: the plan below
@@ -220,9 +326,9 @@ pub fn prune_below_aggregates(plan: LogicalPlan) -> Result<LogicalPlan> {
 }
 
 impl StreamAggregate {
-    /// The stages of `rows`'s aggregate (see [`aggregate_of`]), whose input rows come as
-    /// `input` (the physical schema of the plan below it). Fails, saying why, when the
-    /// aggregate is not over windows.
+    /// The stages of `rows`'s stateful step (see [`stateful_node`]), whose input rows come
+    /// as `input` (the physical schema of the plan below it). Fails, saying why, when it
+    /// cannot run continuously.
     pub fn try_new(
         rows: &LogicalPlan,
         input: SchemaRef,
@@ -234,90 +340,45 @@ impl StreamAggregate {
             &state
                 .analyzer()
                 .execute_and_check(rows.clone(), state.config_options(), |_, _| {})?;
-        let aggregate = aggregate_of(rows)
-            .ok_or_else(|| Error::Internal("a windowed query without an aggregate".into()))?;
-        if aggregate
-            .group_expr
-            .iter()
-            .any(|e| matches!(e, Expr::GroupingSet(_)))
-        {
-            return Err(unsupported(
-                "GROUPING SETS, ROLLUP and CUBE do not run continuously yet",
-            ));
-        }
-        let logical_input = aggregate.input.schema();
-        let group_window = aggregate
-            .group_expr
-            .iter()
-            .position(|e| matches!(e, Expr::Column(c) if c.name == WINDOW_END))
-            .map(|index| WindowColumn { index });
-        let windows = match group_window {
-            Some(state_end) => {
-                let input_end = WindowColumn::find(input.fields().iter().map(AsRef::as_ref))
-                    .ok_or_else(|| {
-                        Error::Internal("the windowed rows have no window column".into())
-                    })?;
-                Some((input_end, state_end))
+        let (op, windows) = match stateful_node(rows) {
+            Some(LogicalPlan::Aggregate(aggregate)) => group(aggregate, &input, state)?,
+            Some(LogicalPlan::Window(window)) => {
+                let limit = rank_limit(rows).ok_or_else(|| {
+                    unsupported(
+                        "ROW_NUMBER() without a bound on it would keep every row; filter on \
+                         it (WHERE rn <= N) for the top N rows of each partition, or rn = 1 \
+                         for the first",
+                    )
+                })?;
+                let windows = if TopN::partitions_by(window, WINDOW_END) {
+                    let end = WindowColumn::find(input.fields().iter().map(AsRef::as_ref))
+                        .ok_or_else(|| {
+                            Error::Internal("the windowed rows have no window column".into())
+                        })?;
+                    Some((end, end))
+                } else {
+                    None
+                };
+                (
+                    Op::Top(TopN::try_new(window, limit, &input, state)?),
+                    windows,
+                )
             }
-            None => None,
+            _ => {
+                return Err(Error::Internal(
+                    "a stateful query without an aggregate".into(),
+                ));
+            }
         };
-        let props = state.execution_props();
-        // Simplified as DataFusion's optimizer would (`coalesce` runs only as a CASE), under
-        // their own names, which the plan above reads them by.
-        let simplify = simplifier(state, logical_input);
-        let group_by = PhysicalGroupBy::new_single(
-            aggregate
-                .group_expr
-                .iter()
-                .map(|e| {
-                    Ok((
-                        create_physical_expr(&simplify(e)?, logical_input, props)?,
-                        datafusion::logical_expr::expr::physical_name(e)?,
-                    ))
-                })
-                .collect::<Result<Vec<_>>>()?,
-        );
-        let mut aggregates = Vec::new();
-        let mut filters = Vec::new();
-        for e in &aggregate.aggr_expr {
-            let named = simplify(&e.clone().unalias())?.alias(e.schema_name().to_string());
-            let (agg, filter, _) =
-                create_aggregate_expr_and_maybe_filter(&named, logical_input, &input, props)?;
-            aggregates.push(agg);
-            filters.push(filter);
-        }
-        let partial = Stage::over(input.clone(), |leaf| {
-            Ok(Arc::new(AggregateExec::try_new(
-                AggregateMode::Partial,
-                group_by.clone(),
-                aggregates.clone(),
-                filters.clone(),
-                leaf,
-                input.clone(),
-            )?))
-        })?;
-        let merged = |mode: AggregateMode| {
-            Stage::over(partial.schema(), |leaf| {
-                Ok(Arc::new(AggregateExec::try_new(
-                    mode,
-                    group_by.as_final(),
-                    aggregates.clone(),
-                    filters.clone(),
-                    leaf,
-                    input.clone(),
-                )?))
-            })
+        let finished = match &op {
+            Op::Group { finish, .. } => finish.schema(),
+            Op::Top(top) => top.ranked_schema(),
         };
-        let reduce = merged(AggregateMode::PartialReduce)?;
-        let finish = merged(AggregateMode::Final)?;
-        let upper = Stage::over(finish.schema(), |leaf| above(rows, leaf, state))?;
+        let upper = Stage::over(finished, |leaf| above(rows, leaf, state))?;
         Ok(Self {
             input,
             windows,
-            groups: aggregate.group_expr.len(),
-            partial,
-            reduce,
-            finish,
+            op,
             upper,
             lateness,
             task: Arc::new(TaskContext::from(state)),
@@ -335,7 +396,7 @@ impl StreamAggregate {
     ) -> Result<Vec<(usize, Reject)>> {
         let rows = self.conform(rows)?;
         let Some((input_end, _)) = self.windows else {
-            let partial = self.partial.run(&self.task, vec![rows]).await?;
+            let partial = self.partial(rows).await?;
             state
                 .pending
                 .extend(partial.into_iter().filter(|b| b.num_rows() > 0));
@@ -376,7 +437,7 @@ impl StreamAggregate {
                 .map_err(|e| Error::Internal(format!("dropping late rows: {e}")))?
         };
         if on_time.num_rows() > 0 {
-            let partial = self.partial.run(&self.task, vec![on_time]).await?;
+            let partial = self.partial(on_time).await?;
             state
                 .batches
                 .extend(partial.into_iter().filter(|b| b.num_rows() > 0));
@@ -399,9 +460,14 @@ impl StreamAggregate {
                  (window.allowed-lateness); records of a window already emitted: dead letters \
                  ('late')\n"
             ),
-            None => "Emit: at each checkpoint, the rows of the groups updated since the last, \
-                     replacing the table's rows of the same key\n"
-                .to_string(),
+            None => format!(
+                "Emit: at each checkpoint, the rows of the {} updated since the last, replacing \
+                 the table's rows of the same key\n",
+                match self.op {
+                    Op::Group { .. } => "groups",
+                    Op::Top(_) => "partitions",
+                }
+            ),
         };
         for line in displayable(self.upper.exec.as_ref())
             .indent(true)
@@ -413,32 +479,77 @@ impl StreamAggregate {
             }
             out.push_str(&format!("  {line}\n"));
         }
+        let windowed = self.windows.is_some();
+        let (what, state) = match &self.op {
+            Op::Group { finish, .. } => (
+                format!(
+                    "{}: {}",
+                    if windowed {
+                        "WindowAggregate"
+                    } else {
+                        "UpdatingAggregate"
+                    },
+                    displayable(finish.exec.as_ref())
+                        .one_line()
+                        .to_string()
+                        .trim_end()
+                        .replace("AggregateExec: mode=Final, ", "")
+                ),
+                format!(
+                    "each {}'s accumulator state (as AggregateExec mode=Partial gives it)",
+                    if windowed { "open window" } else { "group" }
+                ),
+            ),
+            Op::Top(top) => (
+                format!(
+                    "{}{}",
+                    if windowed { "Window" } else { "Updating" },
+                    top.describe()
+                ),
+                format!(
+                    "the top rows of each {}partition, no more",
+                    if windowed { "open window's " } else { "" }
+                ),
+            ),
+        };
         out.push_str(&format!(
-            "  {}: {}\n    state: each {}'s accumulator state (as AggregateExec \
-             mode=Partial gives it), merged every {COMPACT_AFTER} batches and saved with each \
-             checkpoint\n",
-            if self.windows.is_some() {
-                "WindowAggregate"
-            } else {
-                "UpdatingAggregate"
-            },
-            displayable(self.finish.exec.as_ref())
-                .one_line()
-                .to_string()
-                .trim_end()
-                .replace("AggregateExec: mode=Final, ", ""),
-            if self.windows.is_some() {
-                "open window"
-            } else {
-                "group"
-            }
+            "  {what}\n    state: {state}, merged every {COMPACT_AFTER} batches and saved with \
+             each checkpoint\n"
         ));
         out
     }
 
     /// The schema of the state's batches.
     pub fn state_schema(&self) -> SchemaRef {
-        self.partial.schema()
+        match &self.op {
+            Op::Group { partial, .. } => partial.schema(),
+            Op::Top(_) => nullable(&self.input),
+        }
+    }
+
+    /// The state `rows` (on time) add: their partial aggregates, or their top N.
+    async fn partial(&self, rows: RecordBatch) -> Result<Vec<RecordBatch>> {
+        match &self.op {
+            Op::Group { partial, .. } => partial.run(&self.task, vec![rows]).await,
+            Op::Top(top) => Ok(top.top(&[rows])?.into_iter().collect()),
+        }
+    }
+
+    /// The rows of `state` batches (of the groups or partitions they hold): the aggregates'
+    /// rows, or the top rows with their rank.
+    async fn finish(&self, state: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
+        match &self.op {
+            Op::Group { finish, .. } => finish.run(&self.task, state).await,
+            Op::Top(top) => Ok(vec![top.rank(&state)?]),
+        }
+    }
+
+    /// The key (group or partition) of each row of a state batch, as columns.
+    fn keys(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        match &self.op {
+            Op::Group { groups, .. } => Ok(batch.columns()[..*groups].to_vec()),
+            Op::Top(top) => top.keys(batch),
+        }
     }
 
     /// Merge the state's batches into one.
@@ -454,10 +565,44 @@ impl StreamAggregate {
         if batches.is_empty() {
             return Ok(batches);
         }
-        let merged = self.reduce.run(&self.task, batches).await?;
-        let one = concat_batches(&self.reduce.schema(), &merged)
+        let reduce = match &self.op {
+            Op::Group { reduce, .. } => reduce,
+            Op::Top(top) => return Ok(top.top(&batches)?.into_iter().collect()),
+        };
+        let merged = reduce.run(&self.task, batches).await?;
+        let one = concat_batches(&reduce.schema(), &merged)
             .map_err(|e| Error::Internal(format!("merging aggregate state: {e}")))?;
         Ok((one.num_rows() > 0).then_some(one).into_iter().collect())
+    }
+
+    /// What it is, for messages: "an aggregate" or "a top-N (ROW_NUMBER)".
+    pub fn kind(&self) -> &'static str {
+        match self.op {
+            Op::Group { .. } => "an aggregate",
+            Op::Top(_) => "a top-N (ROW_NUMBER() ... <= N)",
+        }
+    }
+
+    /// The columns the table of its updated rows is keyed by, for messages.
+    pub fn updating_key(&self) -> &'static str {
+        match self.op {
+            Op::Group { .. } => "the group columns",
+            Op::Top(_) => "the PARTITION BY columns (and the ROW_NUMBER column when N > 1)",
+        }
+    }
+
+    /// The windowed form of it, which appends its rows once, for messages.
+    pub fn windowed_alternative(&self) -> &'static str {
+        match self.op {
+            Op::Group { .. } => {
+                "aggregate over windows (FROM TUMBLE(source, time_column, size) ... GROUP BY \
+                 window_start, window_end, ...)"
+            }
+            Op::Top(_) => {
+                "rank within windows (FROM TUMBLE(source, time_column, size), PARTITION BY \
+                 window_start, window_end, ...)"
+            }
+        }
     }
 
     /// Whether the aggregate is over windows (else it updates its groups' rows).
@@ -476,24 +621,28 @@ impl StreamAggregate {
             return Ok(None);
         };
         // The state's rows of the groups the delta touches, and the others.
-        let fields = (0..self.groups)
-            .map(|i| SortField::new(delta.column(i).data_type().clone()))
+        let delta_keys = self.keys(&delta)?;
+        let fields = delta_keys
+            .iter()
+            .map(|k| SortField::new(k.data_type().clone()))
             .collect();
         let converter = RowConverter::new(fields).map_err(internal)?;
-        let keys = |b: &RecordBatch| converter.convert_columns(&b.columns()[..self.groups]);
-        let touched_keys = keys(&delta).map_err(internal)?;
+        let keys = |b: &RecordBatch| -> Result<_> {
+            converter.convert_columns(&self.keys(b)?).map_err(internal)
+        };
+        let touched_keys = converter.convert_columns(&delta_keys).map_err(internal)?;
         let touched: HashSet<_> = touched_keys.iter().collect();
         let mut updated = vec![delta];
         let mut untouched = Vec::new();
         for batch in std::mem::take(&mut state.batches) {
-            let rows = keys(&batch).map_err(internal)?;
+            let rows = keys(&batch)?;
             let mask: BooleanArray = rows.iter().map(|r| Some(touched.contains(&r))).collect();
             let split = |m: &BooleanArray| filter_record_batch(&batch, m).map_err(internal);
             updated.push(split(&mask)?);
             untouched.push(split(&not(&mask).map_err(internal)?)?);
         }
         let updated = self.merge(updated).await?;
-        let finals = self.finish.run(&self.task, updated.clone()).await?;
+        let finals = self.finish(updated.clone()).await?;
         let rows = self.upper.run(&self.task, finals).await?;
         state.batches = untouched
             .into_iter()
@@ -541,7 +690,7 @@ impl StreamAggregate {
         if closed.is_empty() {
             return Ok(None);
         }
-        let finals = self.finish.run(&self.task, closed).await?;
+        let finals = self.finish(closed).await?;
         let rows = self.upper.run(&self.task, finals).await?;
         let schema = self.upper.schema();
         concat_batches(&schema, &rows)
@@ -566,20 +715,24 @@ impl StreamAggregate {
                 )))
             })?;
         let options = RecordBatchOptions::new().with_row_count(Some(rows.num_rows()));
-        let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(
-            self.input
-                .fields()
-                .iter()
-                .map(|f| f.as_ref().clone().with_nullable(true))
-                .collect::<Vec<_>>(),
-        ));
-        RecordBatch::try_new_with_options(schema, columns, &options)
+        RecordBatch::try_new_with_options(nullable(&self.input), columns, &options)
             .map_err(|e| Error::Record(Reject::new(format!("the windowed query's rows: {e}"))))
     }
 }
 
 fn internal(e: datafusion::arrow::error::ArrowError) -> Error {
     Error::Internal(format!("window state: {e}"))
+}
+
+/// `schema` with every field nullable: a state batch's.
+fn nullable(schema: &SchemaRef) -> SchemaRef {
+    Arc::new(datafusion::arrow::datatypes::Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+    ))
 }
 
 fn unsupported(why: &str) -> Error {
@@ -618,7 +771,7 @@ fn above(
         )?)
     };
     Ok(match plan {
-        LogicalPlan::Aggregate(_) => leaf,
+        LogicalPlan::Aggregate(_) | LogicalPlan::Window(_) => leaf,
         LogicalPlan::SubqueryAlias(s) => above(&s.input, leaf, state)?,
         LogicalPlan::Filter(f) => {
             let input = above(&f.input, leaf, state)?;

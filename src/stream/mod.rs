@@ -13,6 +13,7 @@ pub mod slot;
 pub mod source_table;
 pub mod status;
 pub mod stream_join;
+pub mod top_n;
 pub mod watermark;
 
 pub use job::{Job, Target};

@@ -4,10 +4,11 @@
 //! A query runs row by row (projections, filters, scalar functions, `CAST`, `CASE`, `UNION
 //! ALL` of sources, joins with lake tables ([`super::lookup`]) and between streams
 //! ([`super::stream_join`])), or aggregates (over windows, `FROM TUMBLE(...)` with `GROUP BY
-//! window_start, window_end, ...`, or updating each group's row, see [`super::aggregate`]):
-//! then the rows below the aggregate run per batch and the aggregate keeps its state across
-//! them. What else needs the whole stream (`ORDER BY`, `LIMIT`, outer joins between streams)
-//! is rejected when the job is submitted.
+//! window_start, window_end, ...`, or updating each group's row, see [`super::aggregate`]),
+//! or keeps the top N rows of each partition (`ROW_NUMBER()`, [`super::top_n`]): then the rows
+//! below the aggregate run per batch and the aggregate keeps its state across them. What else
+//! needs the whole stream (`ORDER BY`, `LIMIT`, outer joins between streams) is rejected when
+//! the job is submitted.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -26,7 +27,7 @@ use datafusion::logical_expr::{Expr, LogicalPlan, Projection, TableScan};
 use datafusion::physical_plan::execution_plan::reset_plan_states;
 use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
 
-use super::aggregate::{StreamAggregate, aggregate_of, prune_below_aggregates};
+use super::aggregate::{StreamAggregate, prune_below_aggregates, stateful_node};
 use super::lookup::{Lookups, unsupported_join};
 use super::planner::{Planned, QueryPlanner, missing_column};
 use super::slot::{BatchSlot, INPUT_ROW, SlotTable};
@@ -163,8 +164,9 @@ fn check_row_wise(plan: &LogicalPlan) -> Result<()> {
             bad = Some(format!(
                 "'{op}' needs the whole stream; a continuous INSERT runs row by row \
                  (projections, filters, functions, CAST, CASE, UNION ALL, joins) with one \
-                 aggregate at most (over windows, FROM TUMBLE(source, time_column, size) ... \
-                 GROUP BY window_start, window_end, ...)"
+                 aggregate (GROUP BY, over windows: FROM TUMBLE(source, time_column, size) ... \
+                 GROUP BY window_start, window_end, ...) or one top-N (ROW_NUMBER() OVER \
+                 (PARTITION BY ... ORDER BY ...) AS rn ... WHERE rn <= N) at most, last"
             ));
             return Ok(TreeNodeRecursion::Stop);
         }
@@ -229,7 +231,7 @@ impl ContinuousQuery {
             }
         }
         let rows = rows_of(&planned.plan);
-        if aggregate_of(rows).is_some() {
+        if stateful_node(rows).is_some() {
             query.aggregate = Some(query.aggregate_of(rows).await?);
         }
         Ok((query, planned.plan))
@@ -748,12 +750,12 @@ fn rows_of(plan: &LogicalPlan) -> &LogicalPlan {
     }
 }
 
-/// The part of a statement's plan that runs on each batch: its rows, or for a windowed
-/// query the rows its aggregate takes.
+/// The part of a statement's plan that runs on each batch: its rows, or for a stateful
+/// query the rows its aggregate or top-N takes.
 fn per_batch(plan: &LogicalPlan) -> &LogicalPlan {
     let rows = rows_of(plan);
-    match aggregate_of(rows) {
-        Some(aggregate) => &aggregate.input,
+    match stateful_node(rows).and_then(|node| node.inputs().into_iter().next()) {
+        Some(input) => input,
         None => rows,
     }
 }

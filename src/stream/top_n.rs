@@ -1,0 +1,315 @@
+//! Top-N per partition, Flink's ROW_NUMBER pattern, as a continuous query's stateful step:
+//!
+//! ```sql
+//! SELECT * FROM (
+//!   SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rn FROM bid
+//! ) WHERE rn <= 10
+//! ```
+//!
+//! The state is rows: the query's rows below the `ROW_NUMBER`, at most N per partition. Rows
+//! that can no longer reach the top N are dropped as soon as a batch, a merge or a checkpoint
+//! sees them below N others of their partition; what is kept is exactly what the top N of
+//! all the rows so far is made of. Deduplication is the case N = 1.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt32Array, UInt64Array};
+use datafusion::arrow::compute::{SortOptions, concat_batches, take_record_batch};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::common::ScalarValue;
+use datafusion::execution::session_state::SessionState;
+use datafusion::logical_expr::expr::{WindowFunction, WindowFunctionDefinition};
+use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator, Window};
+use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
+
+use crate::error::{Error, Result};
+
+/// The top `limit` rows of each partition, by an order.
+pub struct TopN {
+    partition: Vec<Arc<dyn PhysicalExpr>>,
+    order: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
+    limit: usize,
+    /// The rows ranked: the state's rows with the rank column after them.
+    ranked: SchemaRef,
+    /// The SQL of the window function, for `EXPLAIN`.
+    sql: String,
+}
+
+impl TopN {
+    /// The top-N of `window` (the query's one `ROW_NUMBER()`), kept to the `limit` the
+    /// query's filter on it sets, over rows of `input` (the physical schema of the plan below
+    /// it).
+    pub fn try_new(
+        window: &Window,
+        limit: usize,
+        input: &SchemaRef,
+        state: &SessionState,
+    ) -> Result<Self> {
+        let [expr] = window.window_expr.as_slice() else {
+            return Err(unsupported(
+                "it computes several window functions over the stream; a continuous query \
+                 takes one ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) bounded by a \
+                 filter on it",
+            ));
+        };
+        let function = row_number(expr)?;
+        let logical = window.input.schema();
+        let props = state.execution_props();
+        let physical = |e: &Expr| -> Result<Arc<dyn PhysicalExpr>> {
+            Ok(create_physical_expr(e, logical, props)?)
+        };
+        let partition = function
+            .params
+            .partition_by
+            .iter()
+            .map(physical)
+            .collect::<Result<Vec<_>>>()?;
+        let order = function
+            .params
+            .order_by
+            .iter()
+            .map(|s| {
+                Ok((
+                    physical(&s.expr)?,
+                    SortOptions {
+                        descending: !s.asc,
+                        nulls_first: s.nulls_first,
+                    },
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let rank_field = window.schema.field(window.schema.fields().len() - 1);
+        let mut fields: Vec<Field> = input
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        fields.push(Field::new(rank_field.name(), DataType::UInt64, false));
+        Ok(Self {
+            partition,
+            order,
+            limit,
+            ranked: Arc::new(Schema::new(fields)),
+            sql: expr.to_string(),
+        })
+    }
+
+    /// Whether `column` is one of the partition's expressions, as a column.
+    pub fn partitions_by(window: &Window, column: &str) -> bool {
+        window.window_expr.iter().any(|e| {
+            row_number(e).is_ok_and(|f| {
+                f.params
+                    .partition_by
+                    .iter()
+                    .any(|p| matches!(p, Expr::Column(c) if c.name == column))
+            })
+        })
+    }
+
+    /// The rows with their rank, as the plan above reads them.
+    pub fn ranked_schema(&self) -> SchemaRef {
+        self.ranked.clone()
+    }
+
+    /// For `EXPLAIN`.
+    pub fn describe(&self) -> String {
+        format!("TopN: {} <= {}", self.sql, self.limit)
+    }
+
+    /// Each row's partition key, as columns.
+    pub fn keys(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        evaluate(&self.partition, batch)
+    }
+
+    /// The rows of `batches` among the top N of their partition, without their rank.
+    pub fn top(&self, batches: &[RecordBatch]) -> Result<Option<RecordBatch>> {
+        Ok(self
+            .ranked(batches)?
+            .map(|(rows, _)| rows)
+            .filter(|r| r.num_rows() > 0))
+    }
+
+    /// The rows of `batches` among the top N of their partition, each with its rank after
+    /// its columns.
+    pub fn rank(&self, batches: &[RecordBatch]) -> Result<RecordBatch> {
+        let Some((rows, ranks)) = self.ranked(batches)? else {
+            return Ok(RecordBatch::new_empty(self.ranked.clone()));
+        };
+        let mut columns = rows.columns().to_vec();
+        columns.push(Arc::new(ranks));
+        RecordBatch::try_new(self.ranked.clone(), columns).map_err(internal)
+    }
+
+    /// The rows of the top N of each partition, in partition and rank order, and their ranks.
+    fn ranked(&self, batches: &[RecordBatch]) -> Result<Option<(RecordBatch, UInt64Array)>> {
+        let Some(first) = batches.iter().find(|b| b.num_rows() > 0) else {
+            return Ok(None);
+        };
+        let all = concat_batches(&first.schema(), batches).map_err(internal)?;
+        let keys = self.keys(&all)?;
+        let orders = evaluate(
+            &self
+                .order
+                .iter()
+                .map(|(e, _)| e.clone())
+                .collect::<Vec<_>>(),
+            &all,
+        )?;
+        let rows = |columns: Vec<(ArrayRef, SortOptions)>| {
+            let fields = columns
+                .iter()
+                .map(|(c, o)| SortField::new_with_options(c.data_type().clone(), *o))
+                .collect();
+            let converter = RowConverter::new(fields).map_err(internal)?;
+            let arrays: Vec<ArrayRef> = columns.into_iter().map(|(c, _)| c).collect();
+            converter.convert_columns(&arrays).map_err(internal)
+        };
+        let ascending = |c: &ArrayRef| (c.clone(), SortOptions::default());
+        let partitions = rows(keys.iter().map(ascending).collect())?;
+        let sort = rows(
+            keys.iter()
+                .map(ascending)
+                .chain(orders.into_iter().zip(self.order.iter().map(|(_, o)| *o)))
+                .collect(),
+        )?;
+        let mut order: Vec<usize> = (0..all.num_rows()).collect();
+        order.sort_by(|a, b| sort.row(*a).cmp(&sort.row(*b)));
+        let mut keep = Vec::new();
+        let mut ranks = Vec::new();
+        let mut rank = 0u64;
+        let mut previous = None;
+        for i in order {
+            let partition = partitions.row(i);
+            if previous != Some(partition) {
+                previous = Some(partition);
+                rank = 0;
+            }
+            rank += 1;
+            if rank <= self.limit as u64 {
+                keep.push(u32::try_from(i).map_err(|_| {
+                    Error::Internal("top-N: more than 2^32 rows at once".to_string())
+                })?);
+                ranks.push(rank);
+            }
+        }
+        let rows = take_record_batch(&all, &UInt32Array::from(keep)).map_err(internal)?;
+        Ok(Some((rows, UInt64Array::from(ranks))))
+    }
+}
+
+/// The function of a window expression, when it is `ROW_NUMBER()`; else fails saying what
+/// runs instead.
+fn row_number(expr: &Expr) -> Result<&WindowFunction> {
+    match expr {
+        Expr::WindowFunction(f) if matches!(&f.fun, WindowFunctionDefinition::WindowUDF(u) if u.name() == "row_number") => {
+            Ok(f)
+        }
+        Expr::Alias(a) => row_number(&a.expr),
+        other => Err(unsupported(&format!(
+            "{other} needs the whole stream; the window function a continuous query takes is \
+             ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...), bounded by a filter on it \
+             (WHERE rn <= N), for the top N rows or the first row of each partition"
+        ))),
+    }
+}
+
+/// The bound `plan`'s filters put on the rank its window (a `ROW_NUMBER()`) gives, read
+/// through the projections and aliases between them: `rn <= N`, `rn < N`, `rn = 1`.
+pub fn rank_limit(plan: &LogicalPlan) -> Option<usize> {
+    rank_names(plan).and_then(|(_, limit)| limit)
+}
+
+/// The names under which `plan`'s rows carry the rank, and the bound on it so far.
+fn rank_names(plan: &LogicalPlan) -> Option<(Vec<String>, Option<usize>)> {
+    match plan {
+        LogicalPlan::Window(w) => {
+            let fields = w.schema.fields();
+            let name = fields.get(w.input.schema().fields().len())?.name().clone();
+            Some((vec![name], None))
+        }
+        LogicalPlan::SubqueryAlias(s) => rank_names(&s.input),
+        LogicalPlan::Projection(p) => {
+            let (names, limit) = rank_names(&p.input)?;
+            let passed = p
+                .expr
+                .iter()
+                .zip(p.schema.fields())
+                .filter(|(e, _)| is_rank(e, &names))
+                .map(|(_, f)| f.name().clone())
+                .collect();
+            Some((passed, limit))
+        }
+        LogicalPlan::Filter(f) => {
+            let (names, mut limit) = rank_names(&f.input)?;
+            for conjunct in split_conjunction(&f.predicate) {
+                if let Some(n) = bound(conjunct, &names) {
+                    limit = Some(limit.map_or(n, |l: usize| l.min(n)));
+                }
+            }
+            Some((names, limit))
+        }
+        _ => None,
+    }
+}
+
+/// Whether `e` is the rank column under one of `names` (cast or aliased).
+fn is_rank(e: &Expr, names: &[String]) -> bool {
+    match e {
+        Expr::Column(c) => names.contains(&c.name),
+        Expr::Alias(a) => is_rank(&a.expr, names),
+        Expr::Cast(c) => is_rank(&c.expr, names),
+        Expr::TryCast(c) => is_rank(&c.expr, names),
+        _ => false,
+    }
+}
+
+/// The most rows a partition keeps under `conjunct`, when it bounds the rank.
+fn bound(conjunct: &Expr, names: &[String]) -> Option<usize> {
+    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = conjunct else {
+        return None;
+    };
+    let (op, value) = if is_rank(left, names) {
+        (*op, literal(right)?)
+    } else if is_rank(right, names) {
+        (op.swap()?, literal(left)?)
+    } else {
+        return None;
+    };
+    let n = match op {
+        Operator::LtEq => value,
+        Operator::Lt => value - 1,
+        Operator::Eq if value == 1 => 1,
+        _ => return None,
+    };
+    usize::try_from(n.max(0)).ok()
+}
+
+/// The integer value of a literal (through casts).
+fn literal(e: &Expr) -> Option<i64> {
+    match e {
+        Expr::Literal(v, _) => match v.cast_to(&DataType::Int64).ok()? {
+            ScalarValue::Int64(Some(n)) => Some(n),
+            _ => None,
+        },
+        Expr::Cast(c) => literal(&c.expr),
+        Expr::TryCast(c) => literal(&c.expr),
+        _ => None,
+    }
+}
+
+fn evaluate(exprs: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+    exprs
+        .iter()
+        .map(|e| Ok(e.evaluate(batch)?.into_array(batch.num_rows())?))
+        .collect()
+}
+
+fn internal(e: datafusion::arrow::error::ArrowError) -> Error {
+    Error::Internal(format!("top-N state: {e}"))
+}
+
+fn unsupported(why: &str) -> Error {
+    Error::Plan(format!("this INSERT cannot run continuously: {why}"))
+}
