@@ -24,22 +24,6 @@ use common::{env, peak_rss_mib, reset_peak_rss};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// The rows of `sql`, as one line of text.
-async fn text(session: &floe::Session, sql: &str) -> String {
-    match session.sql(sql).await.expect("query").pop() {
-        Some(floe::Output::Rows(_, batches)) => {
-            datafusion::arrow::util::pretty::pretty_format_batches(&batches)
-                .map(|t| t.to_string())
-                .unwrap_or_default()
-                .lines()
-                .filter(|l| l.starts_with("| "))
-                .collect::<Vec<_>>()
-                .join(" ")
-        }
-        _ => String::new(),
-    }
-}
-
 /// What one run measured.
 struct Run {
     /// The seconds the job took to read every change.
@@ -100,7 +84,7 @@ fn run(dir: &std::path::Path, keyed: bool) -> Run {
             .expect("job");
         let seconds = began.elapsed().as_secs_f64();
         let peak = peak_rss_mib();
-        let rows = text(
+        let rows = common::text(
             &session,
             &format!("SELECT count(*) AS n, count(DISTINCT k) AS keys FROM lake.b.{name}"),
         )

@@ -1,5 +1,6 @@
 -- Windowed aggregates over event time: orders per region and minute, each minute written once
--- its window has closed, late orders kept as dead letters.
+-- its window has closed, late orders kept as dead letters; a top-N per window and a
+-- deduplication.
 -- Run from the repository root:  cargo run -q -- -f sql/windows.sql
 
 CREATE CATALOG lake WITH (
@@ -50,4 +51,26 @@ INSERT INTO lake.shop.busy_five_minutes
 SELECT window_start, window_end, count(*) FROM HOP(orders, order_time, INTERVAL '1' MINUTE, INTERVAL '5' MINUTE)
 GROUP BY window_start, window_end HAVING count(*) > 2900;
 SELECT * FROM lake.shop.busy_five_minutes ORDER BY window_start;
+
+-- The three most expensive orders of each minute and region (a window top-N), and each
+-- customer's latest order, kept current in a table keyed by customer (deduplication).
+CREATE TABLE IF NOT EXISTS lake.shop.top_orders (
+  window_start TIMESTAMP, region STRING, rank BIGINT, order_id BIGINT, price DOUBLE);
+SET 'pipeline.name' = 'top-orders';
+INSERT INTO lake.shop.top_orders
+SELECT window_start, region, rn, order_id, price FROM (
+  SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end, region
+                               ORDER BY price DESC) AS rn
+  FROM TUMBLE(orders, order_time, INTERVAL '1' MINUTE)) WHERE rn <= 3;
+SELECT * FROM lake.shop.top_orders ORDER BY window_start, region, rank LIMIT 6;
+
+CREATE TABLE IF NOT EXISTS lake.shop.latest_order (
+  customer_id BIGINT, order_id BIGINT, order_time TIMESTAMP, PRIMARY KEY (customer_id) NOT ENFORCED);
+SET 'pipeline.name' = 'latest-order';
+INSERT INTO lake.shop.latest_order
+SELECT customer_id, order_id, order_time FROM (
+  SELECT customer_id, order_id, order_time,
+         ROW_NUMBER() OVER (PARTITION BY customer_id ORDER BY order_time DESC) AS rn
+  FROM orders) WHERE rn = 1;
+SELECT count(*) AS customers, max(order_time) AS latest FROM lake.shop.latest_order;
 SHOW JOBS;

@@ -17,7 +17,7 @@ use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions}
 use datafusion::error::{DataFusionError, Result as DFResult};
 
 use crate::lake::maintenance::policy::{MaintenancePolicy, PREFIX as MAINTENANCE_PREFIX};
-use crate::sql::options::parse_duration;
+use crate::sql::options::{parse_duration, parse_size};
 
 /// Settings of continuous jobs, read when a job starts.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +44,9 @@ pub struct FloeOptions {
     /// `lookup.refresh-interval`: how often a continuous job reads again a table it joins
     /// its stream with (a lookup join).
     pub lookup_refresh: Duration,
+    /// `state.memory-budget`: the bytes of open windows' state a continuous job holds in
+    /// memory; beyond it the state goes to local disk (`state.dir`) until its windows close.
+    pub state_memory: u64,
 }
 
 impl Default for FloeOptions {
@@ -57,6 +60,7 @@ impl Default for FloeOptions {
             allowed_lateness: Duration::ZERO,
             idle_timeout: None,
             lookup_refresh: Duration::from_secs(60),
+            state_memory: 256 << 20,
         }
     }
 }
@@ -68,6 +72,7 @@ const DML_SYNC: &str = "table.dml-sync";
 const ALLOWED_LATENESS: &str = "window.allowed-lateness";
 const IDLE_TIMEOUT: &str = "source.idle-timeout";
 const LOOKUP_REFRESH: &str = "lookup.refresh-interval";
+const STATE_MEMORY: &str = "state.memory-budget";
 
 fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
@@ -75,6 +80,16 @@ fn format_duration(d: Duration) -> String {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")
+    }
+}
+
+/// A size in bytes as settings show it (`64mb`).
+pub fn format_size(bytes: u64) -> String {
+    match bytes {
+        b if b % (1 << 30) == 0 && b > 0 => format!("{}gb", b >> 30),
+        b if b % (1 << 20) == 0 && b > 0 => format!("{}mb", b >> 20),
+        b if b % (1 << 10) == 0 && b > 0 => format!("{}kb", b >> 10),
+        b => format!("{b}"),
     }
 }
 
@@ -137,6 +152,11 @@ impl ExtensionOptions for FloeOptions {
                     DataFusionError::Configuration(format!("floe.{LOOKUP_REFRESH}: {e}"))
                 })?;
             }
+            STATE_MEMORY => {
+                self.state_memory = parse_size(value).map_err(|e| {
+                    DataFusionError::Configuration(format!("floe.{STATE_MEMORY}: {e}"))
+                })?;
+            }
             IDLE_TIMEOUT => {
                 self.idle_timeout = match value.trim() {
                     "" | "0" | "none" => None,
@@ -156,8 +176,8 @@ impl ExtensionOptions for FloeOptions {
                 return Err(DataFusionError::Configuration(format!(
                     "unknown setting 'floe.{other}'; floe's settings are floe.{PIPELINE_NAME}, \
                      floe.{CHECKPOINT_INTERVAL}, floe.{STATE_DIR}, floe.{DML_SYNC}, \
-                     floe.{ALLOWED_LATENESS}, floe.{IDLE_TIMEOUT}, floe.{LOOKUP_REFRESH} and \
-                     floe.{MAINTENANCE_PREFIX}*"
+                     floe.{ALLOWED_LATENESS}, floe.{IDLE_TIMEOUT}, floe.{LOOKUP_REFRESH}, \
+                     floe.{STATE_MEMORY} and floe.{MAINTENANCE_PREFIX}*"
                 )));
             }
         }
@@ -201,6 +221,12 @@ impl ExtensionOptions for FloeOptions {
                 LOOKUP_REFRESH,
                 Some(format_duration(self.lookup_refresh)),
                 "How often a continuous job reads again a table it looks up.",
+            ),
+            entry(
+                STATE_MEMORY,
+                Some(format_size(self.state_memory)),
+                "Bytes of open windows' state a continuous job holds in memory; beyond them, \
+                 on local disk.",
             ),
             entry(
                 IDLE_TIMEOUT,

@@ -121,6 +121,63 @@ fn windows_killed_and_restarted_are_emitted_once_with_the_same_rows() {
     kill_and_restart(killed.path(), &script("100ms", "2"), 700);
     assert_eq!(tables(killed.path()), expected, "killed and restarted");
     assert_each_window_once(killed.path());
+
+    // Open windows' state beyond a small budget goes to disk: the same rows, straight and
+    // killed and restarted.
+    let spilling = |interval: &str| {
+        format!(
+            "SET 'state.memory-budget' = '16kb'; {}",
+            script(interval, "2")
+        )
+    };
+    let spilled = tempfile::tempdir().unwrap();
+    let seen = spill_files_seen_while(spilled.path(), || {
+        run_script_to_end(spilled.path(), &spilling("200ms"))
+    });
+    assert!(seen, "the state went to disk");
+    assert_eq!(tables(spilled.path()), expected, "state spilled to disk");
+    let killed = tempfile::tempdir().unwrap();
+    kill_and_restart(killed.path(), &spilling("100ms"), 700);
+    assert_eq!(
+        tables(killed.path()),
+        expected,
+        "spilled, killed and restarted"
+    );
+    assert_each_window_once(killed.path());
+}
+
+/// Whether a job's spilled window state showed up in the state folders under `dir` while
+/// `run` ran.
+fn spill_files_seen_while(dir: &Path, run: impl FnOnce()) -> bool {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let watcher = scope.spawn(|| {
+            let spilled = || {
+                std::fs::read_dir(dir.join(".floe"))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .any(|job| {
+                        std::fs::read_dir(job.path())
+                            .into_iter()
+                            .flatten()
+                            .flatten()
+                            .any(|f| f.file_name().to_string_lossy().starts_with("window-spill-"))
+                    })
+            };
+            while !done.load(Ordering::Relaxed) {
+                if spilled() {
+                    return true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            false
+        });
+        run();
+        done.store(true, Ordering::Relaxed);
+        watcher.join().unwrap()
+    })
 }
 
 #[test]
@@ -317,5 +374,83 @@ fn an_updating_aggregate_killed_and_restarted_keeps_one_right_row_per_group() {
 
     let killed = tempfile::tempdir().unwrap();
     kill_and_restart(killed.path(), &updating_script("100ms"), 550);
+    assert_eq!(rows(killed.path()), expected, "killed and restarted");
+}
+
+/// Queries over an aggregate's rows: the busiest products of each minute (the per-minute
+/// counts read twice, their maximum joined back on the window), and the average over each
+/// region's products of their takings, updated by region (recomputed over every group).
+fn composed_script(interval: &str) -> String {
+    format!(
+        "{CATALOG};
+         CREATE SCHEMA IF NOT EXISTS lake.shop;
+         CREATE TABLE IF NOT EXISTS lake.shop.busiest (window_start TIMESTAMP, product STRING,
+           orders BIGINT);
+         CREATE TABLE IF NOT EXISTS lake.shop.avg_top (region STRING, avg_cents BIGINT,
+           PRIMARY KEY (region) NOT ENFORCED);
+         {};
+         SET 'checkpoint.interval' = '{interval}';
+         SET 'pipeline.name' = 'busiest';
+         INSERT INTO lake.shop.busiest {BUSIEST};
+         SET 'pipeline.name' = 'avg-top';
+         INSERT INTO lake.shop.avg_top {AVG_TOP};",
+        source("2")
+    )
+}
+
+const BUSIEST: &str = "WITH counts AS (SELECT window_start, window_end, product, count(*) AS n
+       FROM TUMBLE(gen, order_time, INTERVAL '1' MINUTE) GROUP BY window_start, window_end, product)
+     SELECT c.window_start, c.product, c.n FROM counts c JOIN (SELECT window_start, window_end,
+       max(n) AS top FROM counts GROUP BY window_start, window_end) m
+     ON c.window_start = m.window_start AND c.window_end = m.window_end AND c.n >= m.top";
+
+const AVG_TOP: &str = "SELECT region, CAST(avg(cents) AS BIGINT) AS avg_cents FROM (
+       SELECT region, product, sum(CAST(round(price * 100) AS BIGINT)) AS cents FROM gen
+       GROUP BY region, product)
+     GROUP BY region";
+
+#[test]
+fn queries_over_an_aggregate_killed_and_restarted_give_the_same_rows() {
+    let rows = |dir: &Path| {
+        let q = |sql: &str| query_csv(dir, CATALOG, sql);
+        let busiest = q("SELECT * FROM lake.shop.busiest ORDER BY window_start, product");
+        let avg = q("SELECT * FROM lake.shop.avg_top ORDER BY region");
+        let late = q("SELECT job, count(*) FROM lake.shop.dead_letters GROUP BY job ORDER BY job");
+        format!("{busiest}\n{avg}\n{late}")
+    };
+    let straight = tempfile::tempdir().unwrap();
+    run_script_to_end(straight.path(), &composed_script("1h"));
+    let expected = rows(straight.path());
+    let windows = query_csv(
+        straight.path(),
+        CATALOG,
+        "SELECT count(DISTINCT window_start) FROM lake.shop.busiest",
+    );
+    let windows: u64 = windows.lines().nth(1).unwrap().parse().unwrap();
+    assert!(
+        windows >= ROWS / 600 - 1,
+        "the busiest of every minute: {expected}"
+    );
+    assert!(expected.contains("busiest,"), "late records: {expected}");
+    // Without late records, the updating result is the batch query's.
+    let batch = query_csv(
+        straight.path(),
+        &format!("{CATALOG}; {}", source("2")),
+        &format!("SELECT * FROM ({AVG_TOP}) ORDER BY region"),
+    );
+    let avg = query_csv(
+        straight.path(),
+        CATALOG,
+        "SELECT * FROM lake.shop.avg_top ORDER BY region",
+    );
+    assert_eq!(avg.lines().count(), 5, "a row per region: {avg}");
+    assert_eq!(avg, batch, "the average as in batch");
+
+    let frequent = tempfile::tempdir().unwrap();
+    run_script_to_end(frequent.path(), &composed_script("50ms"));
+    assert_eq!(rows(frequent.path()), expected, "frequent checkpoints");
+
+    let killed = tempfile::tempdir().unwrap();
+    kill_and_restart(killed.path(), &composed_script("100ms"), 600);
     assert_eq!(rows(killed.path()), expected, "killed and restarted");
 }

@@ -103,3 +103,20 @@ pub async fn sustained_rate(session: &Session, job: &str, insert: &str, checkpoi
         .expect("stop");
     (r1 - r0) as f64 / (t1 - t0).as_secs_f64()
 }
+
+/// The rows of `sql`, as one line of text.
+#[allow(dead_code)]
+pub async fn text(session: &floe::Session, sql: &str) -> String {
+    match session.sql(sql).await.expect("query").pop() {
+        Some(floe::Output::Rows(_, batches)) => {
+            datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+                .map(|t| t.to_string())
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.starts_with("| "))
+                .collect::<Vec<_>>()
+                .join(" ")
+        }
+        _ => String::new(),
+    }
+}

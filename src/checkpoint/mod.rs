@@ -21,5 +21,6 @@ pub mod state;
 pub use commit::{Mark, commit_all, commit_once, committed_checkpoint};
 pub use resume::{Resume, TableMarks, resume};
 pub use state::{
-    CheckpointRecord, DeadLetterTarget, FileGroup, JobLock, PendingCommit, StateRecord, StateStore,
+    CheckpointRecord, DeadLetterTarget, FileGroup, JobLock, PendingCommit, SpillRun, StateRecord,
+    StateStore,
 };

@@ -64,6 +64,19 @@ pub struct StateRecord {
     /// Each source's watermark (microseconds since the epoch), once it had one.
     #[serde(default)]
     pub watermarks: BTreeMap<String, i64>,
+    /// Open windows' state moved to disk beyond the job's memory budget.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spilled: Vec<SpillRun>,
+}
+
+/// Open windows' partial aggregates a job moved to local disk beyond its memory budget (in
+/// its state folder): one run, split by the hash of each row's group into files, so that a
+/// group's rows are in the same file of every run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpillRun {
+    pub files: Vec<String>,
+    /// The earliest window end (microseconds) of its rows: none closes before it.
+    pub first_end: i64,
 }
 
 /// A job's dead-letter table, and the target its letters name.

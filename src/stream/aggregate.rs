@@ -32,8 +32,11 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions,
+    UInt32Array,
 };
-use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch, not};
+use datafusion::arrow::compute::{
+    cast, concat_batches, filter_record_batch, not, take_record_batch,
+};
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampMicrosecondType};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::DFSchema;
@@ -43,15 +46,15 @@ use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::simplify::SimplifyContext;
 use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan, LogicalPlanBuilder};
 use datafusion::optimizer::simplify_expressions::ExprSimplifier;
-use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
+use datafusion::physical_expr::create_physical_expr;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
-use datafusion::physical_plan::filter::FilterExec;
-use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
 use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
 
 use super::slot::{BatchSlot, SlotExec};
-use super::top_n::{TopN, rank_limit};
+use super::top_n::{Rank, TopN, rank_limit};
+use super::upper::Upper;
+use crate::checkpoint::{SpillRun, StateStore};
 use crate::error::{Error, Reject, Result};
 use crate::sql::windows::WINDOW_END;
 
@@ -67,10 +70,12 @@ pub struct StreamAggregate {
     /// aggregate over windows.
     windows: Option<(WindowColumn, WindowColumn)>,
     op: Op,
-    /// The query above the aggregate (projections, HAVING), over the aggregate's rows.
-    upper: Stage,
+    /// The query above the aggregate (projections, HAVING, or more), over its rows.
+    upper: Upper,
     /// How long after its end a window waits for late records, in microseconds.
     lateness: i64,
+    /// The bytes of open windows' state held in memory; beyond them, on disk.
+    budget: usize,
     task: Arc<TaskContext>,
 }
 
@@ -162,23 +167,31 @@ pub struct AggregateState {
     /// For an aggregate without windows: the partial aggregates of the rows since the last
     /// checkpoint, whose groups it updates.
     pending: Vec<RecordBatch>,
+    /// Open windows' state beyond the memory budget, on disk.
+    spilled: Vec<SpillRun>,
 }
 
 impl AggregateState {
-    /// The state as saved: its batches.
+    /// The state in memory as saved: its batches.
     pub fn batches(&self) -> &[RecordBatch] {
         &self.batches
     }
 
-    /// A state restored from saved batches.
-    pub fn from_batches(batches: Vec<RecordBatch>) -> Self {
+    /// The state on disk: its runs' files.
+    pub fn spilled(&self) -> &[SpillRun] {
+        &self.spilled
+    }
+
+    /// A state restored from saved batches and the runs it had on disk.
+    pub fn restore(batches: Vec<RecordBatch>, spilled: Vec<SpillRun>) -> Self {
         Self {
             batches,
             pending: Vec::new(),
+            spilled,
         }
     }
 
-    /// The groups (window and keys) held, counting a group once per batch it is in.
+    /// The groups (window and keys) held in memory, counting a group once per batch it is in.
     pub fn rows(&self) -> usize {
         self.batches.iter().map(RecordBatch::num_rows).sum()
     }
@@ -192,16 +205,40 @@ impl AggregateState {
     }
 }
 
-/// The node of `plan` (the rows of a continuous query) that keeps state across batches,
-/// reached through row-wise nodes (projections, filters, aliases): its one aggregate, or its
-/// `ROW_NUMBER()` window (a top-N); the rows below it run per batch.
+/// Where a job's state files go: its folder in the state store.
+pub struct StateFiles<'a> {
+    pub store: &'a StateStore,
+    pub job: &'a str,
+}
+
+/// The files a run of spilled state is split into (by the hash of each row's group).
+const SPILL_PARTS: usize = 16;
+
+/// FNV-1a: a hash that is the same in every process, as a spilled run's files must be.
+fn stable_hash(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The node of `plan` (the rows of a continuous query) that keeps state across batches: its
+/// lowest aggregate, or `ROW_NUMBER()` window (a top-N); the rows below it run per batch, the
+/// query above it on the rows it emits ([`Upper`]).
 pub fn stateful_node(plan: &LogicalPlan) -> Option<&LogicalPlan> {
-    match plan {
-        LogicalPlan::Aggregate(_) | LogicalPlan::Window(_) => Some(plan),
-        LogicalPlan::Projection(p) => stateful_node(&p.input),
-        LogicalPlan::Filter(f) => stateful_node(&f.input),
-        LogicalPlan::SubqueryAlias(s) => stateful_node(&s.input),
-        _ => None,
+    lowest_stateful(plan).into_iter().next()
+}
+
+/// The aggregates and windows of `plan` with none below them.
+fn lowest_stateful(plan: &LogicalPlan) -> Vec<&LogicalPlan> {
+    let below: Vec<&LogicalPlan> = plan
+        .inputs()
+        .into_iter()
+        .flat_map(lowest_stateful)
+        .collect();
+    if below.is_empty() && matches!(plan, LogicalPlan::Aggregate(_) | LogicalPlan::Window(_)) {
+        vec![plan]
+    } else {
+        below
     }
 }
 
@@ -329,20 +366,34 @@ impl StreamAggregate {
     /// The stages of `rows`'s stateful step (see [`stateful_node`]), whose input rows come
     /// as `input` (the physical schema of the plan below it). Fails, saying why, when it
     /// cannot run continuously.
-    pub fn try_new(
+    pub async fn try_new(
         rows: &LogicalPlan,
         input: SchemaRef,
         state: &SessionState,
         lateness: i64,
+        budget: usize,
     ) -> Result<Self> {
         // Types coerced (the casts an expression needs), as DataFusion does before planning.
         let rows =
             &state
                 .analyzer()
                 .execute_and_check(rows.clone(), state.config_options(), |_, _| {})?;
-        let (op, windows) = match stateful_node(rows) {
-            Some(LogicalPlan::Aggregate(aggregate)) => group(aggregate, &input, state)?,
-            Some(LogicalPlan::Window(window)) => {
+        let nodes = lowest_stateful(rows);
+        let Some(node) = nodes.first().copied() else {
+            return Err(Error::Internal(
+                "a stateful query without an aggregate".into(),
+            ));
+        };
+        if nodes.iter().any(|n| *n != node) {
+            return Err(unsupported(
+                "it aggregates the streams twice (two aggregates or top-Ns over them); a \
+                 continuous query aggregates its streams once, and any query may read that \
+                 aggregate's rows (a CTE read twice is one aggregate)",
+            ));
+        }
+        let (op, windows) = match node {
+            LogicalPlan::Aggregate(aggregate) => group(aggregate, &input, state)?,
+            LogicalPlan::Window(window) => {
                 let limit = rank_limit(rows).ok_or_else(|| {
                     unsupported(
                         "ROW_NUMBER() without a bound on it would keep every row; filter on \
@@ -359,10 +410,15 @@ impl StreamAggregate {
                 } else {
                     None
                 };
-                (
-                    Op::Top(TopN::try_new(window, limit, &input, state)?),
-                    windows,
-                )
+                let top = TopN::try_new(window, limit, &input, state)?;
+                if windows.is_none() && top.function() != Rank::RowNumber {
+                    return Err(unsupported(
+                        "RANK() and DENSE_RANK() give ties the same rank, and a top-N without \
+                         windows is kept in a table keyed by rank: use ROW_NUMBER(), or rank \
+                         within windows (PARTITION BY window_start, window_end, ...)",
+                    ));
+                }
+                (Op::Top(top), windows)
             }
             _ => {
                 return Err(Error::Internal(
@@ -374,13 +430,14 @@ impl StreamAggregate {
             Op::Group { finish, .. } => finish.schema(),
             Op::Top(top) => top.ranked_schema(),
         };
-        let upper = Stage::over(finished, |leaf| above(rows, leaf, state))?;
+        let upper = Upper::try_new(rows, node, &finished, state, windows.is_some()).await?;
         Ok(Self {
             input,
             windows,
             op,
             upper,
             lateness,
+            budget,
             task: Arc::new(TaskContext::from(state)),
         })
     }
@@ -469,16 +526,10 @@ impl StreamAggregate {
                 }
             ),
         };
-        for line in displayable(self.upper.exec.as_ref())
-            .indent(true)
-            .to_string()
-            .lines()
-        {
-            if line.trim_start().starts_with("SourceBatchExec") {
-                break;
-            }
-            out.push_str(&format!("  {line}\n"));
+        if !self.upper.is_row_wise() && self.windows.is_none() {
+            out.push_str("  (the plan above runs on every group's row at each checkpoint)\n");
         }
+        out.push_str(&self.upper.explain("  "));
         let windowed = self.windows.is_some();
         let (what, state) = match &self.op {
             Op::Group { finish, .. } => (
@@ -512,9 +563,16 @@ impl StreamAggregate {
                 ),
             ),
         };
+        let spill = match windowed {
+            true => format!(
+                ", beyond {} (state.memory-budget) on local disk until its windows close",
+                crate::config::format_size(self.budget as u64)
+            ),
+            false => String::new(),
+        };
         out.push_str(&format!(
-            "  {what}\n    state: {state}, merged every {COMPACT_AFTER} batches and saved with \
-             each checkpoint\n"
+            "  {what}\n    state: {state}, merged every {COMPACT_AFTER} batches{spill}, saved \
+             with each checkpoint\n"
         ));
         out
     }
@@ -642,60 +700,179 @@ impl StreamAggregate {
             untouched.push(split(&not(&mask).map_err(internal)?)?);
         }
         let updated = self.merge(updated).await?;
-        let finals = self.finish(updated.clone()).await?;
-        let rows = self.upper.run(&self.task, finals).await?;
         state.batches = untouched
             .into_iter()
-            .chain(updated)
+            .chain(updated.iter().cloned())
             .filter(|b| b.num_rows() > 0)
             .collect();
         self.compact(state).await?;
-        concat_batches(&self.upper.schema(), &rows)
-            .map(Some)
-            .map_err(|e| Error::Internal(format!("joining updated rows: {e}")))
+        // A plan above that is not row-wise (an aggregate of the groups' rows, say) needs
+        // every group's row, not only the updated ones'.
+        let finals = match self.upper.is_row_wise() {
+            true => self.finish(updated).await?,
+            false => self.finish(state.batches.clone()).await?,
+        };
+        self.upper.run(&self.task, finals).await.map(Some)
     }
 
     /// The rows of the windows the watermark closes (end + lateness <= `watermark`), taken
-    /// out of `state`; `None` when none closes.
+    /// out of `state` (and its runs on disk, read from `files`); none when none closes.
     pub async fn emit(
         &self,
         state: &mut AggregateState,
         watermark: i64,
-    ) -> Result<Option<RecordBatch>> {
-        let Some((_, state_end)) = self.windows else {
-            return Ok(None);
-        };
+        files: &StateFiles<'_>,
+    ) -> Result<Vec<RecordBatch>> {
+        if self.windows.is_none() {
+            return Ok(Vec::new());
+        }
         let mut closed = Vec::new();
         let mut open = Vec::new();
         for batch in std::mem::take(&mut state.batches) {
-            let ends = state_end.ends(&batch)?;
-            let mask: BooleanArray = ends
-                .iter()
-                .map(|e| Some(e.is_some_and(|e| e.saturating_add(self.lateness) <= watermark)))
-                .collect();
-            if mask.true_count() == 0 {
-                open.push(batch);
-                continue;
-            }
-            let split = |m: &BooleanArray| {
-                filter_record_batch(&batch, m)
-                    .map_err(|e| Error::Internal(format!("splitting window state: {e}")))
-            };
-            closed.push(split(&mask)?);
-            if mask.true_count() < batch.num_rows() {
-                open.push(split(&not(&mask).map_err(internal)?)?);
-            }
+            let (c, o) = self.split_closed(batch, watermark)?;
+            closed.extend(c);
+            open.extend(o);
         }
         state.batches = open;
-        if closed.is_empty() {
-            return Ok(None);
+        let (closing, kept): (Vec<SpillRun>, Vec<SpillRun>) = std::mem::take(&mut state.spilled)
+            .into_iter()
+            .partition(|run| run.first_end.saturating_add(self.lateness) <= watermark);
+        state.spilled = kept;
+        if closing.is_empty() {
+            if closed.is_empty() {
+                return Ok(Vec::new());
+            }
+            let finals = self.finish(closed).await?;
+            return Ok(vec![self.upper.run(&self.task, finals).await?]);
         }
-        let finals = self.finish(closed).await?;
-        let rows = self.upper.run(&self.task, finals).await?;
-        let schema = self.upper.schema();
-        concat_batches(&schema, &rows)
-            .map(Some)
-            .map_err(|e| Error::Internal(format!("joining window rows: {e}")))
+        // With runs on disk, the closing groups are finished a part at a time (a group is in
+        // one part of every run), or all at once when the plan above needs every row.
+        let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new(); SPILL_PARTS];
+        for batch in closed {
+            for (p, part) in self.partition(&batch)?.into_iter().enumerate() {
+                parts[p].push(part);
+            }
+        }
+        let groups: Vec<Vec<usize>> = if self.upper.is_row_wise() {
+            (0..SPILL_PARTS).map(|p| vec![p]).collect()
+        } else {
+            vec![(0..SPILL_PARTS).collect()]
+        };
+        let mut out = Vec::new();
+        for group in groups {
+            let mut rows = Vec::new();
+            for p in group {
+                rows.append(&mut parts[p]);
+                for run in &closing {
+                    let file = run.files.get(p).ok_or_else(|| {
+                        Error::Internal(format!("a spilled run without part {p}"))
+                    })?;
+                    for batch in files.store.load_state(files.job, file)? {
+                        let (c, o) = self.split_closed(batch, watermark)?;
+                        rows.extend(c);
+                        state.batches.extend(o);
+                    }
+                }
+            }
+            rows.retain(|b| b.num_rows() > 0);
+            if rows.is_empty() {
+                continue;
+            }
+            let finals = self.finish(rows).await?;
+            out.push(self.upper.run(&self.task, finals).await?);
+        }
+        Ok(out)
+    }
+
+    /// The rows of a state batch whose windows the watermark closes, and the others.
+    fn split_closed(
+        &self,
+        batch: RecordBatch,
+        watermark: i64,
+    ) -> Result<(Option<RecordBatch>, Option<RecordBatch>)> {
+        let Some((_, state_end)) = self.windows else {
+            return Ok((None, Some(batch)));
+        };
+        let ends = state_end.ends(&batch)?;
+        let mask: BooleanArray = ends
+            .iter()
+            .map(|e| Some(e.is_some_and(|e| e.saturating_add(self.lateness) <= watermark)))
+            .collect();
+        match mask.true_count() {
+            0 => Ok((None, Some(batch))),
+            n if n == batch.num_rows() => Ok((Some(batch), None)),
+            _ => {
+                let split = |m: &BooleanArray| {
+                    filter_record_batch(&batch, m)
+                        .map_err(|e| Error::Internal(format!("splitting window state: {e}")))
+                };
+                Ok((
+                    Some(split(&mask)?),
+                    Some(split(&not(&mask).map_err(internal)?)?),
+                ))
+            }
+        }
+    }
+
+    /// For an aggregate over windows whose state in memory passed the memory budget: the
+    /// state compacted and moved to disk (`files`), a run of files by the hash of each row's
+    /// group, read again when its earliest window closes.
+    pub async fn spill(&self, state: &mut AggregateState, files: &StateFiles<'_>) -> Result<()> {
+        let Some((_, state_end)) = self.windows else {
+            return Ok(());
+        };
+        if state.bytes() <= self.budget {
+            return Ok(());
+        }
+        self.compact(state).await?;
+        if state.bytes() <= self.budget / 2 {
+            return Ok(());
+        }
+        for batch in std::mem::take(&mut state.batches) {
+            let first_end = state_end
+                .ends(&batch)?
+                .iter()
+                .flatten()
+                .min()
+                .unwrap_or(i64::MIN);
+            let id = uuid::Uuid::new_v4().simple();
+            let mut names = Vec::with_capacity(SPILL_PARTS);
+            for (p, part) in self.partition(&batch)?.iter().enumerate() {
+                let name = format!("window-spill-{id}-{p}.arrow");
+                files.store.save_state(
+                    files.job,
+                    &name,
+                    &batch.schema(),
+                    std::slice::from_ref(part),
+                )?;
+                names.push(name);
+            }
+            state.spilled.push(SpillRun {
+                files: names,
+                first_end,
+            });
+        }
+        Ok(())
+    }
+
+    /// `batch` (state rows) split in [`SPILL_PARTS`] by the hash of each row's group.
+    fn partition(&self, batch: &RecordBatch) -> Result<Vec<RecordBatch>> {
+        let keys = self.keys(batch)?;
+        let fields = keys
+            .iter()
+            .map(|k| SortField::new(k.data_type().clone()))
+            .collect();
+        let converter = RowConverter::new(fields).map_err(internal)?;
+        let rows = converter.convert_columns(&keys).map_err(internal)?;
+        let mut indices = vec![Vec::new(); SPILL_PARTS];
+        for (i, row) in rows.iter().enumerate() {
+            let part = (stable_hash(row.as_ref()) % SPILL_PARTS as u64) as usize;
+            indices[part].push(i as u32);
+        }
+        indices
+            .into_iter()
+            .map(|i| take_record_batch(batch, &UInt32Array::from(i)).map_err(internal))
+            .collect()
     }
 
     /// `rows` as the aggregate's input schema (a batch of an inferred source may be typed
@@ -753,48 +930,4 @@ fn show_micros(micros: i64) -> String {
     chrono::DateTime::from_timestamp_micros(micros)
         .map(|t| t.naive_utc().to_string())
         .unwrap_or_else(|| micros.to_string())
-}
-
-/// The physical plan of the row-wise nodes of `plan` above its aggregate, over `leaf` (the
-/// aggregate's rows).
-fn above(
-    plan: &LogicalPlan,
-    leaf: Arc<dyn ExecutionPlan>,
-    state: &SessionState,
-) -> Result<Arc<dyn ExecutionPlan>> {
-    let props = state.execution_props();
-    let physical = |e: &Expr, schema: &Arc<DFSchema>| -> Result<Arc<dyn PhysicalExpr>> {
-        Ok(create_physical_expr(
-            &simplifier(state, schema)(e)?,
-            schema,
-            props,
-        )?)
-    };
-    Ok(match plan {
-        LogicalPlan::Aggregate(_) | LogicalPlan::Window(_) => leaf,
-        LogicalPlan::SubqueryAlias(s) => above(&s.input, leaf, state)?,
-        LogicalPlan::Filter(f) => {
-            let input = above(&f.input, leaf, state)?;
-            Arc::new(FilterExec::try_new(
-                physical(&f.predicate, f.input.schema())?,
-                input,
-            )?)
-        }
-        LogicalPlan::Projection(p) => {
-            let input = above(&p.input, leaf, state)?;
-            let exprs = p
-                .expr
-                .iter()
-                .zip(p.schema.fields())
-                .map(|(e, f)| Ok((physical(e, p.input.schema())?, f.name().clone())))
-                .collect::<Result<Vec<_>>>()?;
-            Arc::new(ProjectionExec::try_new(exprs, input)?)
-        }
-        other => {
-            return Err(Error::Internal(format!(
-                "a windowed query has {} above its aggregate",
-                other.display()
-            )));
-        }
-    })
 }

@@ -89,6 +89,7 @@ impl Runner<'_> {
                 .windows
                 .iter()
                 .chain(state.joins.values())
+                .chain(state.spilled.iter().flat_map(|run| &run.files))
                 .map(String::as_str)
                 .collect();
             self.job.store.prune_state(&self.job.name, &keep);
@@ -147,6 +148,7 @@ impl Runner<'_> {
             let name = format!("window-{next}.arrow");
             store.save_state(job, &name, &schema, state.batches())?;
             record.windows = Some(name);
+            record.spilled = state.spilled().to_vec();
         }
         if let Some(joins) = &self.joins {
             for (i, (source, batches)) in joins.sources().enumerate() {

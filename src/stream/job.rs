@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use tokio::sync::watch;
 
-use super::aggregate::AggregateState;
+use super::aggregate::{AggregateState, StateFiles};
 use super::barrier::Committing;
 use super::maintain::Maintainer;
 use super::query::{ContinuousQuery, Output};
@@ -528,10 +528,17 @@ impl<'a> Runner<'a> {
         else {
             return Ok(());
         };
-        let Some(rows) = aggregate.emit(state, watermark).await? else {
-            return Ok(());
+        let files = StateFiles {
+            store: &self.job.store,
+            job: &self.job.name,
         };
-        self.write_emitted(rows).await
+        let emitted = aggregate.emit(state, watermark, &files).await?;
+        // Windows read back from disk may leave open ones in memory.
+        aggregate.spill(state, &files).await?;
+        for rows in emitted {
+            self.write_emitted(rows).await?;
+        }
+        Ok(())
     }
 
     /// For an aggregate without windows, before a checkpoint: the rows of the groups updated
@@ -742,6 +749,11 @@ impl<'a> Runner<'a> {
                 None => vec![watermarks.first().copied().unwrap_or(i64::MIN); out.rows.num_rows()],
             };
             let late = aggregate.absorb(state, out.rows.clone(), &marks).await?;
+            let files = StateFiles {
+                store: &self.job.store,
+                job: &self.job.name,
+            };
+            aggregate.spill(state, &files).await?;
             let origins = origins.zip(out.inputs).map(|(o, inputs)| o.through(inputs));
             let rejected = late
                 .into_iter()
@@ -848,7 +860,10 @@ fn restore_state(
         )));
     };
     if let (Some(w), Some(file)) = (&mut windows, &saved.windows) {
-        *w = AggregateState::from_batches(job.store.load_state(&job.name, file)?);
+        *w = AggregateState::restore(
+            job.store.load_state(&job.name, file)?,
+            saved.spilled.clone(),
+        );
     }
     if let Some(k) = &mut kept {
         for (source, file) in &saved.joins {

@@ -14,6 +14,7 @@ pub mod source_table;
 pub mod status;
 pub mod stream_join;
 pub mod top_n;
+pub mod upper;
 pub mod watermark;
 
 pub use job::{Job, Target};

@@ -256,13 +256,15 @@ impl ContinuousQuery {
                     .map_err(|e| Error::Internal(format!("the windowed rows: {e}")))?,
             );
         }
-        let lateness = floe_options(&self.executor).allowed_lateness;
+        let options = floe_options(&self.executor);
         let aggregate = StreamAggregate::try_new(
             rows,
             input,
             &self.executor,
-            i64::try_from(lateness.as_micros()).unwrap_or(i64::MAX),
-        )?;
+            i64::try_from(options.allowed_lateness.as_micros()).unwrap_or(i64::MAX),
+            usize::try_from(options.state_memory).unwrap_or(usize::MAX),
+        )
+        .await?;
         for def in self.sources.values().map(|(d, _)| d) {
             if aggregate.is_windowed() && def.watermark.is_none() {
                 return Err(Error::Plan(format!(

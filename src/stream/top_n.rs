@@ -9,7 +9,9 @@
 //! The state is rows: the query's rows below the `ROW_NUMBER`, at most N per partition. Rows
 //! that can no longer reach the top N are dropped as soon as a batch, a merge or a checkpoint
 //! sees them below N others of their partition; what is kept is exactly what the top N of
-//! all the rows so far is made of. Deduplication is the case N = 1.
+//! all the rows so far is made of. Deduplication is the case N = 1. Within windows, `RANK()`
+//! and `DENSE_RANK()` keep ties too (a row's rank among some rows is never above its rank
+//! among all, so dropping what ranks past N is as safe).
 
 use std::sync::Arc;
 
@@ -28,6 +30,7 @@ use crate::error::{Error, Result};
 
 /// The top `limit` rows of each partition, by an order.
 pub struct TopN {
+    function: Rank,
     partition: Vec<Arc<dyn PhysicalExpr>>,
     order: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
     limit: usize,
@@ -38,7 +41,7 @@ pub struct TopN {
 }
 
 impl TopN {
-    /// The top-N of `window` (the query's one `ROW_NUMBER()`), kept to the `limit` the
+    /// The top-N of `window` (the query's one ranking function), kept to the `limit` the
     /// query's filter on it sets, over rows of `input` (the physical schema of the plan below
     /// it).
     pub fn try_new(
@@ -54,7 +57,7 @@ impl TopN {
                  filter on it",
             ));
         };
-        let function = row_number(expr)?;
+        let (function, rank) = ranking(expr)?;
         let logical = window.input.schema();
         let props = state.execution_props();
         let physical = |e: &Expr| -> Result<Arc<dyn PhysicalExpr>> {
@@ -88,6 +91,7 @@ impl TopN {
             .collect();
         fields.push(Field::new(rank_field.name(), DataType::UInt64, false));
         Ok(Self {
+            function: rank,
             partition,
             order,
             limit,
@@ -99,13 +103,18 @@ impl TopN {
     /// Whether `column` is one of the partition's expressions, as a column.
     pub fn partitions_by(window: &Window, column: &str) -> bool {
         window.window_expr.iter().any(|e| {
-            row_number(e).is_ok_and(|f| {
+            ranking(e).is_ok_and(|(f, _)| {
                 f.params
                     .partition_by
                     .iter()
                     .any(|p| matches!(p, Expr::Column(c) if c.name == column))
             })
         })
+    }
+
+    /// How it ranks rows.
+    pub fn function(&self) -> Rank {
+        self.function
     }
 
     /// The rows with their rank, as the plan above reads them.
@@ -178,15 +187,27 @@ impl TopN {
         order.sort_by(|a, b| sort.row(*a).cmp(&sort.row(*b)));
         let mut keep = Vec::new();
         let mut ranks = Vec::new();
-        let mut rank = 0u64;
-        let mut previous = None;
+        let (mut seen, mut rank) = (0u64, 0u64);
+        let mut previous: Option<(_, _)> = None;
         for i in order {
-            let partition = partitions.row(i);
-            if previous != Some(partition) {
-                previous = Some(partition);
-                rank = 0;
-            }
-            rank += 1;
+            let (partition, place) = (partitions.row(i), sort.row(i));
+            let tie = match previous {
+                Some((p, _)) if p != partition => {
+                    (seen, rank) = (0, 0);
+                    false
+                }
+                Some((_, q)) => q == place,
+                None => false,
+            };
+            previous = Some((partition, place));
+            seen += 1;
+            rank = match self.function {
+                Rank::RowNumber => seen,
+                Rank::Rank if tie => rank,
+                Rank::Rank => seen,
+                Rank::DenseRank if tie => rank,
+                Rank::DenseRank => rank + 1,
+            };
             if rank <= self.limit as u64 {
                 keep.push(u32::try_from(i).map_err(|_| {
                     Error::Internal("top-N: more than 2^32 rows at once".to_string())
@@ -199,18 +220,37 @@ impl TopN {
     }
 }
 
-/// The function of a window expression, when it is `ROW_NUMBER()`; else fails saying what
-/// runs instead.
-fn row_number(expr: &Expr) -> Result<&WindowFunction> {
-    match expr {
-        Expr::WindowFunction(f) if matches!(&f.fun, WindowFunctionDefinition::WindowUDF(u) if u.name() == "row_number") => {
-            Ok(f)
-        }
-        Expr::Alias(a) => row_number(&a.expr),
-        other => Err(unsupported(&format!(
-            "{other} needs the whole stream; the window function a continuous query takes is \
-             ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...), bounded by a filter on it \
-             (WHERE rn <= N), for the top N rows or the first row of each partition"
+/// A function ranking rows within their partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rank {
+    /// 1, 2, 3, ... whatever the ties.
+    RowNumber,
+    /// Ties share a rank, the next rank skips them: 1, 1, 3.
+    Rank,
+    /// Ties share a rank, the next follows it: 1, 1, 2.
+    DenseRank,
+}
+
+/// The function of a window expression, when it ranks (`ROW_NUMBER()`, `RANK()`,
+/// `DENSE_RANK()`); else fails saying what runs instead.
+fn ranking(expr: &Expr) -> Result<(&WindowFunction, Rank)> {
+    let name = match expr {
+        Expr::WindowFunction(f) => match &f.fun {
+            WindowFunctionDefinition::WindowUDF(u) => Some((f, u.name())),
+            _ => None,
+        },
+        Expr::Alias(a) => return ranking(&a.expr),
+        _ => None,
+    };
+    match name {
+        Some((f, "row_number")) => Ok((f, Rank::RowNumber)),
+        Some((f, "rank")) => Ok((f, Rank::Rank)),
+        Some((f, "dense_rank")) => Ok((f, Rank::DenseRank)),
+        _ => Err(unsupported(&format!(
+            "{expr} needs the whole stream; the window functions a continuous query takes \
+             rank rows, ROW_NUMBER() (or RANK(), DENSE_RANK() within windows) OVER (PARTITION \
+             BY ... ORDER BY ...), bounded by a filter on the rank (WHERE rn <= N), for the \
+             top N rows or the first row of each partition"
         ))),
     }
 }
@@ -250,7 +290,12 @@ fn rank_names(plan: &LogicalPlan) -> Option<(Vec<String>, Option<usize>)> {
             }
             Some((names, limit))
         }
-        _ => None,
+        // Past any other operator the rank is out of sight; a bound below it holds.
+        other => other
+            .inputs()
+            .into_iter()
+            .find_map(rank_names)
+            .map(|(_, limit)| (Vec::new(), limit)),
     }
 }
 

@@ -16,6 +16,7 @@ from conftest import SqlLake
 
 QUERIES = Path(__file__).resolve().parents[2] / "benches" / "nexmark"
 EVENTS = 20_000  # 1 person, 3 auctions and 46 bids in every 50 events
+RATE = 500  # events per second of event time: 40 s of it, several windows
 
 STREAMS = {
     "person": ("nexmark.person", EVENTS // 50,
@@ -53,6 +54,22 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "q2": ("SELECT auction, price FROM bid WHERE auction % 123 = 0", "*"),
     "q3": ("SELECT p.name, p.city, p.state, a.id FROM auction a JOIN person p ON a.seller = p.id "
            "WHERE a.category = 10 AND p.state IN ('OR', 'ID', 'CA')", "*"),
+    "q4": ("SELECT category, avg(final) FROM (SELECT max(b.price) AS final, a.category "
+           "FROM auction a JOIN bid b ON a.id = b.auction "
+           "AND b.date_time BETWEEN a.date_time AND a.expires GROUP BY a.id, a.category) "
+           "GROUP BY category", "*"),
+    # HOP(2 s, 10 s): each bid in the five windows starting in the 10 s up to it.
+    "q5": ("WITH w AS (SELECT auction, time_bucket(INTERVAL 2 SECOND, date_time) "
+           "- to_seconds(2 * k) AS ws FROM bid, range(5) t(k)), "
+           "counts AS (SELECT auction, count(*) AS num, ws FROM w GROUP BY auction, ws) "
+           "SELECT c.auction, c.num FROM counts c JOIN (SELECT max(num) AS maxn, ws FROM counts "
+           "GROUP BY ws) m ON c.ws = m.ws AND c.num >= m.maxn", "*"),
+    "q7": ("SELECT auction, price, bidder, date_time, extra FROM bid QUALIFY rank() OVER "
+           "(PARTITION BY time_bucket(INTERVAL 10 SECOND, date_time) ORDER BY price DESC) = 1",
+           "*"),
+    "q8": ("SELECT DISTINCT p.id, p.name, time_bucket(INTERVAL 10 SECOND, p.date_time) "
+           "FROM person p JOIN auction a ON p.id = a.seller AND time_bucket(INTERVAL 10 SECOND, "
+           "p.date_time) = time_bucket(INTERVAL 10 SECOND, a.date_time)", "*"),
     "q9": ("SELECT a.id, a.item_name, a.description, a.initial_bid, a.reserve, a.date_time, "
            "a.expires, a.seller, a.category, b.auction, b.bidder, b.price, b.date_time "
            "FROM auction a JOIN bid b ON a.id = b.auction "
@@ -121,7 +138,7 @@ def test_nexmark_queries_match_duckdb(run_lake, lake: SqlLake, duck, tmp_path: P
         setup += [
             f"CREATE SOURCE {name} (WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND) "
             f"WITH ('connector' = 'datagen', 'profile' = '{profile}', "
-            f"'number-of-rows' = '{rows}')",
+            f"'number-of-rows' = '{rows}', 'nexmark.events-per-second' = '{RATE}')",
             f"CREATE TABLE lake.nexmark.{name}_events ({columns})",
             f"SET 'pipeline.name' = '{name}-events'",
             f"INSERT INTO lake.nexmark.{name}_events SELECT * FROM {name}",

@@ -1,0 +1,90 @@
+//! A windowed aggregate with a million open groups, within its memory budget.
+//!
+//! ```text
+//! cargo bench --bench state
+//! FLOE_BENCH_ROWS=4000000 FLOE_BENCH_BUDGET=32mb cargo bench --bench state
+//! ```
+//!
+//! Generated orders (one every 100 ms of event time) grouped by a key of a million values in
+//! one window of a week: every group stays open until the end of the source, when the window
+//! closes. The job runs twice on one core: with `state.memory-budget` at `FLOE_BENCH_BUDGET`
+//! (64 MiB), so that the open windows' state goes to disk beyond it, and with a budget larger
+//! than the state. Each run prints its time and the process's peak resident memory; the
+//! budgeted run's peak should sit near the budget plus what a job holds anyway, well under the
+//! unbounded run's. Each run's rows are checked against the same aggregate in batch.
+
+use std::time::Instant;
+
+mod common;
+use common::{env, peak_rss_mib, reset_peak_rss};
+
+/// The binary's allocator (see src/main.rs): memory figures are the binary's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const GROUPS: u64 = 1_000_000;
+
+const QUERY: &str = "SELECT window_start, window_end, order_id % 1000000 AS k, count(*) AS n,
+       sum(price) AS total, max(price) AS top
+     FROM TUMBLE(orders, order_time, INTERVAL '7' DAY)
+     GROUP BY window_start, window_end, order_id % 1000000";
+
+/// Seconds the job took and the peak resident memory (MiB), with `budget`.
+fn run(dir: &std::path::Path, rows: u64, budget: &str) -> (f64, f64) {
+    common::one_core().block_on(async {
+        let session = common::lake_session(
+            dir,
+            &format!(
+                "CREATE SCHEMA IF NOT EXISTS lake.state;
+                 CREATE TABLE lake.state.groups_{budget} (window_start TIMESTAMP,
+                   window_end TIMESTAMP, k BIGINT, n BIGINT, total DOUBLE, top DOUBLE);
+                 CREATE SOURCE IF NOT EXISTS orders (WATERMARK FOR order_time AS order_time)
+                   WITH ('connector' = 'datagen', 'profile' = 'orders',
+                   'number-of-rows' = '{rows}', 'seed' = '3');
+                 SET 'state.memory-budget' = '{budget}';
+                 SET 'pipeline.name' = 'groups-{budget}';"
+            ),
+        )
+        .await;
+        reset_peak_rss();
+        let start = Instant::now();
+        session
+            .sql(&format!("INSERT INTO lake.state.groups_{budget} {QUERY}"))
+            .await
+            .expect("the job");
+        let seconds = start.elapsed().as_secs_f64();
+        let peak = peak_rss_mib();
+        let totals = "count(*), sum(n), round(sum(total))";
+        let written = common::text(
+            &session,
+            &format!("SELECT {totals} FROM lake.state.groups_{budget}"),
+        )
+        .await;
+        let batch = common::text(&session, &format!("SELECT {totals} FROM ({QUERY})")).await;
+        assert_eq!(written, batch, "the job's groups are the batch query's");
+        (seconds, peak)
+    })
+}
+
+fn main() {
+    floe::process::tune();
+    let rows: u64 = env("FLOE_BENCH_ROWS").unwrap_or(2_000_000);
+    let budget: String = env("FLOE_BENCH_BUDGET").unwrap_or_else(|| "64mb".to_string());
+    assert!(
+        rows >= GROUPS,
+        "FLOE_BENCH_ROWS: at least {GROUPS} rows for {GROUPS} groups"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (spilled_s, spilled_rss) = run(dir.path(), rows, &budget);
+    let (memory_s, memory_rss) = run(dir.path(), rows, "64gb");
+    println!("state: {GROUPS} open groups (one window), {rows} orders, one core");
+    println!(
+        "  state.memory-budget {budget:>5}: {spilled_s:>7.2} s   peak RSS {spilled_rss:>6.0} MiB"
+    );
+    println!("  state.memory-budget  64gb: {memory_s:>7.2} s   peak RSS {memory_rss:>6.0} MiB");
+    println!(
+        "  budgeted peak: {:.0}% of the unbounded run's, time {:.2}x",
+        100.0 * spilled_rss / memory_rss,
+        spilled_s / memory_s
+    );
+}
