@@ -54,7 +54,7 @@ fn run(dir: &std::path::Path, rows: u64, budget: &str) -> (f64, f64) {
             .expect("the job");
         let seconds = start.elapsed().as_secs_f64();
         let peak = peak_rss_mib();
-        let totals = "count(*), sum(n), round(sum(total))";
+        let totals = "count(*) AS groups, sum(n) AS n, round(sum(total)) AS total";
         let written = common::text(
             &session,
             &format!("SELECT {totals} FROM lake.state.groups_{budget}"),

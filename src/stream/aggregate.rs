@@ -8,7 +8,7 @@
 //!               on time --AggregateExec(Partial)--> group keys + accumulator state: the state
 //! watermark:  state rows of windows with end + lateness <= watermark
 //!               --AggregateExec(Final)--> the aggregate's rows --the plan above it--> the sink
-//! growing:    every COMPACT_AFTER batches of state --AggregateExec(PartialReduce)--> one
+//! growing:    past COMPACT_AFTER batches and twice the rows --AggregateExec(PartialReduce)--> one
 //! checkpoint: the state, compacted, in an Arrow IPC file the checkpoint record names
 //!
 //! without windows (an updating aggregate):
@@ -169,6 +169,9 @@ pub struct AggregateState {
     pending: Vec<RecordBatch>,
     /// Open windows' state beyond the memory budget, on disk.
     spilled: Vec<SpillRun>,
+    /// The rows the last merge of `batches` left, and of `pending`.
+    merged: usize,
+    pending_merged: usize,
 }
 
 impl AggregateState {
@@ -185,15 +188,17 @@ impl AggregateState {
     /// A state restored from saved batches and the runs it had on disk.
     pub fn restore(batches: Vec<RecordBatch>, spilled: Vec<SpillRun>) -> Self {
         Self {
+            merged: rows_in(&batches),
             batches,
             pending: Vec::new(),
             spilled,
+            pending_merged: 0,
         }
     }
 
     /// The groups (window and keys) held in memory, counting a group once per batch it is in.
     pub fn rows(&self) -> usize {
-        self.batches.iter().map(RecordBatch::num_rows).sum()
+        rows_in(&self.batches)
     }
 
     /// The bytes the state holds in memory.
@@ -203,6 +208,18 @@ impl AggregateState {
             .map(RecordBatch::get_array_memory_size)
             .sum()
     }
+}
+
+fn rows_in(batches: &[RecordBatch]) -> usize {
+    batches.iter().map(RecordBatch::num_rows).sum()
+}
+
+/// Whether state `batches` are due a merge: more than [`COMPACT_AFTER`] of them, holding at
+/// least twice the rows the last merge left. A merge that cannot shrink them (every group
+/// distinct) is then redone only as they double, so merging costs in proportion to the rows,
+/// not to their square.
+fn merge_due(batches: &[RecordBatch], left: usize) -> bool {
+    batches.len() > COMPACT_AFTER && rows_in(batches) >= 2 * left
 }
 
 /// Where a job's state files go: its folder in the state store.
@@ -457,9 +474,10 @@ impl StreamAggregate {
             state
                 .pending
                 .extend(partial.into_iter().filter(|b| b.num_rows() > 0));
-            if state.pending.len() > COMPACT_AFTER {
+            if merge_due(&state.pending, state.pending_merged) {
                 let merged = self.merge(std::mem::take(&mut state.pending)).await?;
                 state.pending.extend(merged);
+                state.pending_merged = rows_in(&state.pending);
             }
             return Ok(Vec::new());
         };
@@ -498,7 +516,7 @@ impl StreamAggregate {
             state
                 .batches
                 .extend(partial.into_iter().filter(|b| b.num_rows() > 0));
-            if state.batches.len() > COMPACT_AFTER {
+            if merge_due(&state.batches, state.merged) {
                 self.compact(state).await?;
             }
         }
@@ -571,8 +589,8 @@ impl StreamAggregate {
             false => String::new(),
         };
         out.push_str(&format!(
-            "  {what}\n    state: {state}, merged every {COMPACT_AFTER} batches{spill}, saved \
-             with each checkpoint\n"
+            "  {what}\n    state: {state}, merged past {COMPACT_AFTER} batches as it doubles{spill}, \
+             saved with each checkpoint\n"
         ));
         out
     }
@@ -615,6 +633,7 @@ impl StreamAggregate {
         if state.batches.len() > 1 {
             state.batches = self.merge(std::mem::take(&mut state.batches)).await?;
         }
+        state.merged = state.rows();
         Ok(())
     }
 
@@ -675,6 +694,7 @@ impl StreamAggregate {
             return Ok(None);
         }
         let delta = self.merge(std::mem::take(&mut state.pending)).await?;
+        state.pending_merged = 0;
         let Some(delta) = delta.into_iter().next() else {
             return Ok(None);
         };
