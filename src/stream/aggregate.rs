@@ -411,7 +411,7 @@ impl StreamAggregate {
         let (op, windows) = match node {
             LogicalPlan::Aggregate(aggregate) => group(aggregate, &input, state)?,
             LogicalPlan::Window(window) => {
-                let limit = rank_limit(rows).ok_or_else(|| {
+                let limit = rank_limit(rows, node).ok_or_else(|| {
                     unsupported(
                         "ROW_NUMBER() without a bound on it would keep every row; filter on \
                          it (WHERE rn <= N) for the top N rows of each partition, or rn = 1 \
@@ -646,7 +646,12 @@ impl StreamAggregate {
             Op::Group { reduce, .. } => reduce,
             Op::Top(top) => return Ok(top.top(&batches)?.into_iter().collect()),
         };
-        let merged = reduce.run(&self.task, batches).await?;
+        // The state's rows are many records' and already taken in: a failure here is the
+        // job's (it resumes from its checkpoint), not a record's to dead-letter.
+        let merged = reduce.run(&self.task, batches).await.map_err(|e| match e {
+            e if e.is_record() => Error::Internal(format!("merging aggregate state: {e}")),
+            e => e,
+        })?;
         let one = concat_batches(&reduce.schema(), &merged)
             .map_err(|e| Error::Internal(format!("merging aggregate state: {e}")))?;
         Ok((one.num_rows() > 0).then_some(one).into_iter().collect())
@@ -754,6 +759,7 @@ impl StreamAggregate {
             open.extend(o);
         }
         state.batches = open;
+        state.merged = state.merged.min(state.rows());
         let (closing, kept): (Vec<SpillRun>, Vec<SpillRun>) = std::mem::take(&mut state.spilled)
             .into_iter()
             .partition(|run| run.first_end.saturating_add(self.lateness) <= watermark);
@@ -872,6 +878,7 @@ impl StreamAggregate {
                 first_end,
             });
         }
+        state.merged = 0;
         Ok(())
     }
 

@@ -255,47 +255,63 @@ fn ranking(expr: &Expr) -> Result<(&WindowFunction, Rank)> {
     }
 }
 
-/// The bound `plan`'s filters put on the rank its window (a `ROW_NUMBER()`) gives, read
-/// through the projections and aliases between them: `rn <= N`, `rn < N`, `rn = 1`.
-pub fn rank_limit(plan: &LogicalPlan) -> Option<usize> {
-    rank_names(plan).and_then(|(_, limit)| limit)
+/// The bound `plan`'s filters put on the rank `window` (its ranking step) gives, read through
+/// the projections and aliases between them: `rn <= N`, `rn < N`, `rn = 1`. Where the step is
+/// read more than once (a CTE), the largest bound, and none if one read has none.
+pub fn rank_limit(plan: &LogicalPlan, window: &LogicalPlan) -> Option<usize> {
+    let reads = rank_reads(plan, window);
+    let mut limit = 0;
+    for (_, bound) in reads.iter() {
+        limit = limit.max((*bound)?);
+    }
+    (!reads.is_empty()).then_some(limit)
 }
 
-/// The names under which `plan`'s rows carry the rank, and the bound on it so far.
-fn rank_names(plan: &LogicalPlan) -> Option<(Vec<String>, Option<usize>)> {
+/// For each read of `window` in `plan`: the names under which `plan`'s rows carry its rank,
+/// and the bound put on it between them.
+fn rank_reads(plan: &LogicalPlan, window: &LogicalPlan) -> Vec<(Vec<String>, Option<usize>)> {
+    if plan == window {
+        let LogicalPlan::Window(w) = plan else {
+            return Vec::new();
+        };
+        let name = w.schema.fields()[w.input.schema().fields().len()..]
+            .first()
+            .map(|f| f.name().clone());
+        return vec![(name.into_iter().collect(), None)];
+    }
     match plan {
-        LogicalPlan::Window(w) => {
-            let fields = w.schema.fields();
-            let name = fields.get(w.input.schema().fields().len())?.name().clone();
-            Some((vec![name], None))
-        }
-        LogicalPlan::SubqueryAlias(s) => rank_names(&s.input),
-        LogicalPlan::Projection(p) => {
-            let (names, limit) = rank_names(&p.input)?;
-            let passed = p
-                .expr
-                .iter()
-                .zip(p.schema.fields())
-                .filter(|(e, _)| is_rank(e, &names))
-                .map(|(_, f)| f.name().clone())
-                .collect();
-            Some((passed, limit))
-        }
-        LogicalPlan::Filter(f) => {
-            let (names, mut limit) = rank_names(&f.input)?;
-            for conjunct in split_conjunction(&f.predicate) {
-                if let Some(n) = bound(conjunct, &names) {
-                    limit = Some(limit.map_or(n, |l: usize| l.min(n)));
+        LogicalPlan::SubqueryAlias(s) => rank_reads(&s.input, window),
+        LogicalPlan::Projection(p) => rank_reads(&p.input, window)
+            .into_iter()
+            .map(|(names, limit)| {
+                let passed = p
+                    .expr
+                    .iter()
+                    .zip(p.schema.fields())
+                    .filter(|(e, _)| is_rank(e, &names))
+                    .map(|(_, f)| f.name().clone())
+                    .collect();
+                (passed, limit)
+            })
+            .collect(),
+        LogicalPlan::Filter(f) => rank_reads(&f.input, window)
+            .into_iter()
+            .map(|(names, mut limit)| {
+                for conjunct in split_conjunction(&f.predicate) {
+                    if let Some(n) = bound(conjunct, &names) {
+                        limit = Some(limit.map_or(n, |l: usize| l.min(n)));
+                    }
                 }
-            }
-            Some((names, limit))
-        }
+                (names, limit)
+            })
+            .collect(),
         // Past any other operator the rank is out of sight; a bound below it holds.
         other => other
             .inputs()
             .into_iter()
-            .find_map(rank_names)
-            .map(|(_, limit)| (Vec::new(), limit)),
+            .flat_map(|i| rank_reads(i, window))
+            .map(|(_, limit)| (Vec::new(), limit))
+            .collect(),
     }
 }
 
@@ -323,19 +339,19 @@ fn bound(conjunct: &Expr, names: &[String]) -> Option<usize> {
         return None;
     };
     let n = match op {
-        Operator::LtEq => value,
-        Operator::Lt => value - 1,
-        Operator::Eq if value == 1 => 1,
+        Operator::LtEq => value.floor(),
+        Operator::Lt => value.ceil() - 1.0,
+        Operator::Eq if value == 1.0 => 1.0,
         _ => return None,
     };
-    usize::try_from(n.max(0)).ok()
+    Some(if n < 0.0 { 0 } else { n as usize })
 }
 
-/// The integer value of a literal (through casts).
-fn literal(e: &Expr) -> Option<i64> {
+/// The numeric value of a literal (through casts).
+fn literal(e: &Expr) -> Option<f64> {
     match e {
-        Expr::Literal(v, _) => match v.cast_to(&DataType::Int64).ok()? {
-            ScalarValue::Int64(Some(n)) => Some(n),
+        Expr::Literal(v, _) => match v.cast_to(&DataType::Float64).ok()? {
+            ScalarValue::Float64(Some(n)) if n.is_finite() => Some(n),
             _ => None,
         },
         Expr::Cast(c) => literal(&c.expr),

@@ -5,9 +5,9 @@
 //! rows of the closing windows, or of the groups updated --> [slot] --> the plan above
 //! ```
 //!
-//! Above windows it may be any query that keeps windows apart: aggregates grouped by a window
-//! bound, joins on one (the same windows of two views of the emitted rows, as a CTE read
-//! twice), window functions partitioned by one; the rows of the windows a watermark closes are
+//! Above windows it may be any query that keeps windows apart: aggregates grouped by
+//! `window_end`, joins on it (the same windows of two views of the emitted rows, as a CTE read
+//! twice), window functions partitioned by it; the rows of the windows a watermark closes are
 //! then all it needs. Above an updating step, a row-wise plan (projections, HAVING) runs on the
 //! groups updated since the last checkpoint; anything else runs on every group's row, each time.
 
@@ -28,7 +28,7 @@ use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
 
 use super::slot::{BatchSlot, SlotTable};
 use crate::error::{Error, Result};
-use crate::sql::windows::{WINDOW_END, WINDOW_START};
+use crate::sql::windows::WINDOW_END;
 
 /// The name the emitted rows go by in the plan above.
 const EMITTED: &str = "__floe_emitted";
@@ -118,15 +118,12 @@ impl Upper {
             };
             Ok(TreeNodeRecursion::Continue)
         })?;
-        if !row_wise {
-            check_reads_only_emitted(&upper)?;
-        }
+        check_reads_only_emitted(&upper)?;
         if windowed && !row_wise {
             window_columns(rows, node).map_err(|why| {
                 Error::Plan(format!(
                     "this INSERT cannot run continuously: {why}; above windows, a query keeps \
-                     each window's rows apart (GROUP BY, JOIN ON and PARTITION BY a window \
-                     bound: window_start or window_end)"
+                     each window's rows apart (GROUP BY, JOIN ON and PARTITION BY window_end)"
                 ))
             })?;
         }
@@ -199,7 +196,8 @@ impl Upper {
 /// Fail when the plan above reads anything but the emitted rows (a source, or a table).
 fn check_reads_only_emitted(upper: &LogicalPlan) -> Result<()> {
     let mut other = None;
-    upper.apply(|n| {
+    // Subqueries too: a step read in one is not replaced, and would read the sources.
+    upper.apply_with_subqueries(|n| {
         if let LogicalPlan::TableScan(scan) = n
             && scan.table_name.table() != EMITTED
         {
@@ -218,8 +216,9 @@ fn check_reads_only_emitted(upper: &LogicalPlan) -> Result<()> {
     }
 }
 
-/// The columns of `plan`'s rows (by position) that hold a bound of the windows `node` emits,
-/// or why an operator of `plan` would mix the rows of different windows.
+/// The columns of `plan`'s rows (by position) that hold the end of the windows `node` emits
+/// (which names a window: `window_start` does not, for `CUMULATE`), or why an operator of
+/// `plan` would mix the rows of different windows.
 fn window_columns(
     plan: &LogicalPlan,
     node: &LogicalPlan,
@@ -230,7 +229,7 @@ fn window_columns(
             .fields()
             .iter()
             .enumerate()
-            .filter(|(_, f)| f.name() == WINDOW_START || f.name() == WINDOW_END)
+            .filter(|(_, f)| f.name() == WINDOW_END)
             .map(|(i, _)| i)
             .collect());
     }
@@ -316,13 +315,22 @@ fn window_columns(
             if !on_window {
                 return Err("a join above the windows does not join on a window".into());
             }
+            use datafusion::logical_expr::JoinType;
             let width = j.left.schema().fields().len();
-            Ok(left
-                .into_iter()
-                .chain(right.into_iter().map(|i| i + width))
-                .filter(|i| *i < j.schema.fields().len())
-                .collect())
+            Ok(match j.join_type {
+                JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => left,
+                JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => right,
+                _ => left
+                    .into_iter()
+                    .chain(right.into_iter().map(|i| i + width))
+                    .collect(),
+            })
         }
+        LogicalPlan::Distinct(datafusion::logical_expr::Distinct::On(_)) => Err(
+            "DISTINCT ON above the windows needs every window's rows; rank within \
+                 windows instead (ROW_NUMBER() OVER (PARTITION BY window_end, ...))"
+                .into(),
+        ),
         LogicalPlan::Distinct(_) => {
             let keys = single(plan)?.1;
             if keys.is_empty() {
