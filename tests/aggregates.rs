@@ -5,7 +5,9 @@
 
 mod common;
 
-use common::process::{kill_and_restart, query_csv, run_script_to_end};
+use common::process::{
+    assert_same_with_checkpoints_and_kills, kill_and_restart, query_csv, run_script_to_end,
+};
 use std::path::Path;
 
 const ROWS: u64 = 240_000;
@@ -112,14 +114,13 @@ fn windows_killed_and_restarted_are_emitted_once_with_the_same_rows() {
     assert!(expected.contains("late: its window ended at"), "{expected}");
     assert_each_window_once(straight.path());
 
-    let frequent = tempfile::tempdir().unwrap();
-    run_script_to_end(frequent.path(), &script("50ms", "2"));
-    assert_eq!(tables(frequent.path()), expected, "frequent checkpoints");
+    let (frequent, killed) = assert_same_with_checkpoints_and_kills(
+        |interval| script(interval, "2"),
+        700,
+        tables,
+        &expected,
+    );
     assert_each_window_once(frequent.path());
-
-    let killed = tempfile::tempdir().unwrap();
-    kill_and_restart(killed.path(), &script("100ms", "2"), 700);
-    assert_eq!(tables(killed.path()), expected, "killed and restarted");
     assert_each_window_once(killed.path());
 
     // Open windows' state beyond a small budget goes to disk: the same rows, straight and
@@ -358,9 +359,8 @@ fn an_updating_aggregate_killed_and_restarted_keeps_one_right_row_per_group() {
     assert_eq!(expected, batch, "the job's rows are the batch query's");
 
     // Every checkpoint updates every group: the table keeps one row per group, the last.
-    let frequent = tempfile::tempdir().unwrap();
-    run_script_to_end(frequent.path(), &updating_script("50ms"));
-    assert_eq!(rows(frequent.path()), expected, "frequent checkpoints");
+    let (frequent, _) =
+        assert_same_with_checkpoints_and_kills(updating_script, 550, rows, &expected);
     let snapshots = query_csv(
         frequent.path(),
         CATALOG,
@@ -371,10 +371,6 @@ fn an_updating_aggregate_killed_and_restarted_keeps_one_right_row_per_group() {
         snapshots > 5,
         "updated at each checkpoint: {snapshots} snapshots"
     );
-
-    let killed = tempfile::tempdir().unwrap();
-    kill_and_restart(killed.path(), &updating_script("100ms"), 550);
-    assert_eq!(rows(killed.path()), expected, "killed and restarted");
 }
 
 /// Queries over an aggregate's rows: the busiest products of each minute (the per-minute
@@ -446,11 +442,5 @@ fn queries_over_an_aggregate_killed_and_restarted_give_the_same_rows() {
     assert_eq!(avg.lines().count(), 5, "a row per region: {avg}");
     assert_eq!(avg, batch, "the average as in batch");
 
-    let frequent = tempfile::tempdir().unwrap();
-    run_script_to_end(frequent.path(), &composed_script("50ms"));
-    assert_eq!(rows(frequent.path()), expected, "frequent checkpoints");
-
-    let killed = tempfile::tempdir().unwrap();
-    kill_and_restart(killed.path(), &composed_script("100ms"), 600);
-    assert_eq!(rows(killed.path()), expected, "killed and restarted");
+    assert_same_with_checkpoints_and_kills(composed_script, 600, rows, &expected);
 }

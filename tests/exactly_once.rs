@@ -9,7 +9,9 @@
 
 mod common;
 
-use common::process::{crash_then_finish, kill_and_restart, run_script_to_end};
+use common::process::{
+    assert_same_with_checkpoints_and_kills, crash_then_finish, kill_and_restart, run_script_to_end,
+};
 use std::path::Path;
 
 const ROWS: u64 = 240_000;
@@ -98,21 +100,7 @@ fn an_upsert_job_killed_and_restarted_keeps_the_last_row_of_each_key() {
     run_script_to_end(straight.path(), &upsert_script("1h"));
     let expected = upsert_summary(straight.path());
 
-    let frequent = tempfile::tempdir().unwrap();
-    run_script_to_end(frequent.path(), &upsert_script("50ms"));
-    assert_eq!(
-        upsert_summary(frequent.path()),
-        expected,
-        "frequent checkpoints"
-    );
-
-    let killed = tempfile::tempdir().unwrap();
-    kill_and_restart(killed.path(), &upsert_script("100ms"), 550);
-    assert_eq!(
-        upsert_summary(killed.path()),
-        expected,
-        "killed and restarted"
-    );
+    assert_same_with_checkpoints_and_kills(upsert_script, 550, upsert_summary, &expected);
 }
 
 /// The CSV output of `sql` against the lake in `dir`.
@@ -176,21 +164,7 @@ fn a_job_killed_and_restarted_gives_the_same_rows() {
 fn a_routed_evolving_job_killed_and_restarted_gives_the_same_tables() {
     let expected = straight_routed_summary();
 
-    let frequent = tempfile::tempdir().unwrap();
-    run_script_to_end(frequent.path(), &routed_script("50ms"));
-    assert_eq!(
-        routed_summary(frequent.path()),
-        expected,
-        "frequent checkpoints"
-    );
-
-    let killed = tempfile::tempdir().unwrap();
-    kill_and_restart(killed.path(), &routed_script("100ms"), 550);
-    assert_eq!(
-        routed_summary(killed.path()),
-        expected,
-        "killed and restarted"
-    );
+    assert_same_with_checkpoints_and_kills(routed_script, 550, routed_summary, &expected);
 }
 
 /// A crash at each step of a checkpoint (`FLOE_FAILPOINT`, see `src/failpoint.rs`): after the

@@ -5,7 +5,9 @@
 
 mod common;
 
-use common::process::{floe_ok, kill_and_restart, query_csv, run_script_to_end};
+use common::process::{
+    assert_same_with_checkpoints_and_kills, floe_ok, kill_and_restart, query_csv, run_script_to_end,
+};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -217,13 +219,7 @@ fn a_join_of_two_streams_killed_and_restarted_gives_the_same_rows() {
     );
     assert_eq!(expected, batch, "the job's rows are the batch query's");
 
-    let frequent = tempfile::tempdir().unwrap();
-    run_script_to_end(frequent.path(), &streams_script("50ms"));
-    assert_eq!(shipped(frequent.path()), expected, "frequent checkpoints");
-
-    let killed = tempfile::tempdir().unwrap();
-    kill_and_restart(killed.path(), &streams_script("100ms"), 550);
-    assert_eq!(shipped(killed.path()), expected, "killed and restarted");
+    assert_same_with_checkpoints_and_kills(streams_script, 550, shipped, &expected);
 }
 
 /// Two order streams met within a time bound: `b` from 5 s before `a` to 2 s after, each
@@ -330,11 +326,5 @@ fn an_interval_join_killed_and_restarted_gives_the_same_rows_and_lets_old_rows_g
         "{expected}"
     );
 
-    let frequent = tempfile::tempdir().unwrap();
-    run_script_to_end(frequent.path(), &interval_script("50ms", "8"));
-    assert_eq!(met(frequent.path()), expected, "frequent checkpoints");
-
-    let killed = tempfile::tempdir().unwrap();
-    kill_and_restart(killed.path(), &interval_script("100ms", "8"), 550);
-    assert_eq!(met(killed.path()), expected, "killed and restarted");
+    assert_same_with_checkpoints_and_kills(|i| interval_script(i, "8"), 550, met, &expected);
 }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::process::{kill_and_restart, query_csv, run_script_to_end};
+use common::process::{assert_same_with_checkpoints_and_kills, query_csv, run_script_to_end};
 use std::path::Path;
 
 const ROWS: u64 = 200_000;
@@ -156,11 +156,5 @@ fn top_n_killed_and_restarted_leaves_the_same_rows_as_a_batch_query() {
         "each window's rows are the top 2 of its on-time records"
     );
 
-    let frequent = tempfile::tempdir().unwrap();
-    run_script_to_end(frequent.path(), &script("50ms"));
-    assert_eq!(tables(frequent.path()), expected, "frequent checkpoints");
-
-    let killed = tempfile::tempdir().unwrap();
-    kill_and_restart(killed.path(), &script("100ms"), 600);
-    assert_eq!(tables(killed.path()), expected, "killed and restarted");
+    assert_same_with_checkpoints_and_kills(script, 600, tables, &expected);
 }

@@ -113,3 +113,23 @@ pub fn crash_then_finish(dir: &Path, script: &str, failpoint: &str) {
     );
     run_script_to_end(dir, script);
 }
+
+/// The golden protocol's other two runs of `script(interval)`: with a checkpoint every 50 ms,
+/// and with one every 100 ms, SIGKILLed at random moments at most `max_ms` apart and restarted
+/// (see [`kill_and_restart`]). Each must leave what `read` reads of its folder equal to
+/// `expected` (the straight run's); both folders are returned for further checks.
+#[allow(dead_code)]
+pub fn assert_same_with_checkpoints_and_kills(
+    script: impl Fn(&str) -> String,
+    max_ms: u64,
+    read: impl Fn(&Path) -> String,
+    expected: &str,
+) -> (tempfile::TempDir, tempfile::TempDir) {
+    let frequent = tempfile::tempdir().unwrap();
+    run_script_to_end(frequent.path(), &script("50ms"));
+    assert_eq!(read(frequent.path()), expected, "frequent checkpoints");
+    let killed = tempfile::tempdir().unwrap();
+    kill_and_restart(killed.path(), &script("100ms"), max_ms);
+    assert_eq!(read(killed.path()), expected, "killed and restarted");
+    (frequent, killed)
+}
