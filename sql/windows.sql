@@ -1,6 +1,6 @@
 -- Windowed aggregates over event time: orders per region and minute, each minute written once
--- its window has closed, late orders kept as dead letters; a top-N per window and a
--- deduplication.
+-- its window has closed, late orders kept as dead letters; a top-N per window, a
+-- deduplication, and session windows.
 -- Run from the repository root:  cargo run -q -- -f sql/windows.sql
 
 CREATE CATALOG lake WITH (
@@ -73,4 +73,17 @@ SELECT customer_id, order_id, order_time FROM (
          ROW_NUMBER() OVER (PARTITION BY customer_id ORDER BY order_time DESC) AS rn
   FROM orders) WHERE rn = 1;
 SELECT count(*) AS customers, max(order_time) AS latest FROM lake.shop.latest_order;
+
+-- Each region's busy spells: its orders until 2 seconds pass without one (a session window;
+-- the region, the other group column, is whose sessions they are). A session may close at any
+-- moment, so it takes the orders within the watermark plus the allowed lateness.
+CREATE TABLE IF NOT EXISTS lake.shop.busy_spells (
+  region STRING, window_start TIMESTAMP, window_end TIMESTAMP, orders BIGINT);
+SET 'pipeline.name' = 'busy-spells';
+INSERT INTO lake.shop.busy_spells
+SELECT region, window_start, window_end, count(*)
+FROM SESSION(orders, order_time, INTERVAL '2' SECOND)
+GROUP BY region, window_start, window_end;
+SELECT region, count(*) AS spells, max(orders) AS longest FROM lake.shop.busy_spells
+GROUP BY region ORDER BY region;
 SHOW JOBS;

@@ -7,6 +7,7 @@ mod common;
 
 use common::process::{
     assert_same_with_checkpoints_and_kills, kill_and_restart, query_csv, run_script_to_end,
+    start_script,
 };
 use std::path::Path;
 
@@ -40,6 +41,11 @@ const CUMULATE: &str = "SELECT window_start, window_end, region, count(*) AS ord
        sum(quantity) AS items
      FROM CUMULATE(gen, order_time, INTERVAL '10' MINUTE, INTERVAL '1' HOUR)
      GROUP BY window_start, window_end, region";
+/// Each customer's visits: their orders until 20 minutes without one.
+const SESSION: &str = "SELECT window_start, window_end, customer_id, count(*) AS orders,
+       sum(quantity) AS items, max(order_id) AS last
+     FROM SESSION(gen, order_time, INTERVAL '20' MINUTE)
+     GROUP BY customer_id, window_start, window_end";
 
 fn script(interval: &str, delay: &str) -> String {
     format!(
@@ -59,7 +65,11 @@ fn script(interval: &str, delay: &str) -> String {
          CREATE TABLE IF NOT EXISTS lake.shop.running (window_start TIMESTAMP,
            window_end TIMESTAMP, region STRING, orders BIGINT, items BIGINT);
          SET 'pipeline.name' = 'running';
-         INSERT INTO lake.shop.running {CUMULATE};",
+         INSERT INTO lake.shop.running {CUMULATE};
+         CREATE TABLE IF NOT EXISTS lake.shop.visits (window_start TIMESTAMP,
+           window_end TIMESTAMP, customer_id BIGINT, orders BIGINT, items BIGINT, last BIGINT);
+         SET 'pipeline.name' = 'visits';
+         INSERT INTO lake.shop.visits {SESSION};",
         source(delay)
     )
 }
@@ -70,26 +80,30 @@ fn tables(dir: &Path) -> String {
     let per_minute = q("SELECT * FROM lake.shop.per_minute ORDER BY window_start, region");
     let five = q("SELECT * FROM lake.shop.five_minutes ORDER BY window_start");
     let running = q("SELECT * FROM lake.shop.running ORDER BY window_start, window_end, region");
+    let visits = q("SELECT * FROM lake.shop.visits ORDER BY customer_id, window_start");
     let late = q(
         "SELECT job, count(*) AS late, count(DISTINCT payload) AS records,
                     min(error) AS error FROM lake.shop.dead_letters GROUP BY job ORDER BY job",
     );
-    format!("{per_minute}\n{five}\n{running}\n{late}")
+    format!("{per_minute}\n{five}\n{running}\n{visits}\n{late}")
 }
 
 /// Each window once: no (window, region) twice in the per-minute table, no window twice in
-/// the five-minute one.
+/// the five-minute one, no two sessions of a customer overlapping.
 fn assert_each_window_once(dir: &Path) {
     let out = query_csv(
         dir,
         CATALOG,
         "SELECT (SELECT count(*) - count(DISTINCT CAST(window_start AS STRING) || region)
                  FROM lake.shop.per_minute),
-                (SELECT count(*) - count(DISTINCT window_start) FROM lake.shop.five_minutes)",
+                (SELECT count(*) - count(DISTINCT window_start) FROM lake.shop.five_minutes),
+                (SELECT count(*) FROM lake.shop.visits a JOIN lake.shop.visits b
+                   ON a.customer_id = b.customer_id AND a.last <> b.last
+                   AND a.window_start < b.window_end AND b.window_start < a.window_end)",
     );
     assert_eq!(
         out.lines().nth(1),
-        Some("0,0"),
+        Some("0,0,0"),
         "a window emitted twice: {out}"
     );
 }
@@ -108,10 +122,20 @@ fn windows_killed_and_restarted_are_emitted_once_with_the_same_rows() {
     assert!(
         expected.contains("per-minute,")
             && expected.contains("five-minutes,")
-            && expected.contains("running,"),
+            && expected.contains("running,")
+            && expected.contains("visits,"),
         "late records dead-lettered for every job: {expected}"
     );
     assert!(expected.contains("late: its window ended at"), "{expected}");
+    let sessions = expected.split("\n\n").nth(3).unwrap_or_default();
+    assert!(
+        sessions.lines().count() > 1000
+            && sessions
+                .lines()
+                .skip(1)
+                .any(|l| l.split(',').nth(3).is_some_and(|n| n != "1")),
+        "many sessions, some of several orders: {sessions}"
+    );
     assert_each_window_once(straight.path());
 
     let (frequent, killed) = assert_same_with_checkpoints_and_kills(
@@ -190,7 +214,7 @@ fn windows_hold_what_a_batch_query_over_the_same_records_gives() {
     let shop = q("SELECT table_name FROM lake.information_schema.tables
                   WHERE table_schema = 'shop' ORDER BY 1");
     assert_eq!(
-        shop, "table_name\nfive_minutes\nper_minute\nrunning\n",
+        shop, "table_name\nfive_minutes\nper_minute\nrunning\nvisits\n",
         "no dead letters: no record is late when the watermark allows the disorder"
     );
     let setup = format!("{CATALOG}; {}", source("10"));
@@ -215,6 +239,26 @@ fn windows_hold_what_a_batch_query_over_the_same_records_gives() {
         q("SELECT * FROM lake.shop.running ORDER BY window_start, window_end, region"),
         batch(CUMULATE, "window_start, window_end, region")
     );
+    // Sessions, against their definition in plain SQL: ordered by time, a customer's order
+    // starts a visit when it comes 20 minutes or more after the one before.
+    let visits = batch(
+        "SELECT min(order_time) AS window_start,
+                max(order_time) + INTERVAL '20' MINUTE AS window_end, customer_id,
+                count(*) AS orders, sum(quantity) AS items, max(order_id) AS last
+         FROM (SELECT *, sum(starts) OVER (PARTITION BY customer_id ORDER BY order_time
+                                           ROWS UNBOUNDED PRECEDING) AS visit
+               FROM (SELECT *, CASE WHEN order_time < lag(order_time) OVER
+                      (PARTITION BY customer_id ORDER BY order_time) + INTERVAL '20' MINUTE
+                      THEN 0 ELSE 1 END AS starts FROM gen))
+         GROUP BY customer_id, visit",
+        "customer_id, window_start",
+    );
+    assert!(visits.lines().count() > 1000, "{visits}");
+    assert_eq!(
+        q("SELECT * FROM lake.shop.visits ORDER BY customer_id, window_start"),
+        visits
+    );
+    assert_eq!(batch(SESSION, "customer_id, window_start"), visits);
 }
 
 #[test]
@@ -278,14 +322,7 @@ fn an_idle_source_stops_holding_windows_back_after_the_idle_timeout() {
     let run_for = |timeout: &str, wait: Duration| {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("quiet")).unwrap();
-        std::fs::write(dir.path().join("job.sql"), script(timeout)).unwrap();
-        let mut child = common::process::floe()
-            .current_dir(dir.path())
-            .args(["-q", "-f", "job.sql"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = start_script(dir.path(), &script(timeout));
         let start = Instant::now();
         let mut emitted = 0;
         while start.elapsed() < wait && emitted == 0 {
@@ -443,4 +480,109 @@ fn queries_over_an_aggregate_killed_and_restarted_give_the_same_rows() {
     assert_eq!(avg, batch, "the average as in batch");
 
     assert_same_with_checkpoints_and_kills(composed_script, 600, rows, &expected);
+}
+
+/// Windows over processing time (`PROCTIME()`): every record counted once, in one-second
+/// windows, straight, with frequent checkpoints and killed and restarted (which window a
+/// record lands in depends on when it is read, so the totals are compared, not the windows).
+#[test]
+fn processing_time_windows_count_each_record_once_killed_and_restarted() {
+    let script = |interval: &str| {
+        format!(
+            "{CATALOG}; CREATE SCHEMA IF NOT EXISTS lake.shop;
+             CREATE TABLE IF NOT EXISTS lake.shop.per_second (window_start TIMESTAMP,
+               window_end TIMESTAMP, region STRING, orders BIGINT, items BIGINT);
+             CREATE SOURCE gen WITH ('connector' = 'datagen', 'profile' = 'orders',
+               'number-of-rows' = '40000', 'rows-per-second' = '10000', 'seed' = '42');
+             SET 'checkpoint.interval' = '{interval}';
+             SET 'pipeline.name' = 'per-second';
+             INSERT INTO lake.shop.per_second
+             SELECT window_start, window_end, region, count(*), sum(quantity)
+             FROM TUMBLE((SELECT *, PROCTIME() AS read_at FROM gen), read_at, INTERVAL '1' SECOND)
+             GROUP BY window_start, window_end, region;"
+        )
+    };
+    let totals = |dir: &Path| {
+        query_csv(
+            dir,
+            CATALOG,
+            "SELECT region, sum(orders) AS orders, sum(items) AS items
+             FROM lake.shop.per_second GROUP BY region ORDER BY region",
+        )
+    };
+    // Each (window, region) once, each window a second of the clock.
+    let windows = |dir: &Path| {
+        query_csv(
+            dir,
+            CATALOG,
+            "SELECT count(*) - count(DISTINCT CAST(window_start AS STRING) || region),
+                    bool_and(window_end = window_start + INTERVAL '1' SECOND
+                             AND date_trunc('second', window_start) = window_start),
+                    count(DISTINCT window_start) > 2
+             FROM lake.shop.per_second",
+        )
+    };
+    let straight = tempfile::tempdir().unwrap();
+    run_script_to_end(straight.path(), &script("1h"));
+    let expected = totals(straight.path());
+    let batch = query_csv(
+        straight.path(),
+        &format!(
+            "{CATALOG}; CREATE SOURCE gen WITH ('connector' = 'datagen', 'profile' = 'orders',
+               'number-of-rows' = '40000', 'seed' = '42')"
+        ),
+        "SELECT region, count(*) AS orders, sum(quantity) AS items FROM gen
+         GROUP BY region ORDER BY region",
+    );
+    assert_eq!(expected, batch);
+    assert_eq!(windows(straight.path()).lines().nth(1), Some("0,true,true"));
+    let (frequent, killed) = assert_same_with_checkpoints_and_kills(script, 700, totals, &expected);
+    for dir in [frequent.path(), killed.path()] {
+        assert_eq!(windows(dir).lines().nth(1), Some("0,true,true"));
+    }
+}
+
+/// A window over processing time closes as the clock passes it, though no record comes
+/// after it and the source declares no event time.
+#[test]
+fn processing_time_windows_close_on_the_clock_without_more_records() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("in")).unwrap();
+    let records: String = (0..500)
+        .map(|i| format!("{{\"id\": {i}, \"kind\": \"k{}\"}}\n", i % 3))
+        .collect();
+    std::fs::write(dir.path().join("in/a.json"), records).unwrap();
+    let script = format!(
+        "{CATALOG}; CREATE SCHEMA IF NOT EXISTS lake.shop;
+         CREATE TABLE IF NOT EXISTS lake.shop.kinds (window_start TIMESTAMP, kind STRING,
+           n BIGINT);
+         CREATE SOURCE events (id BIGINT, kind STRING) WITH ('connector' = 'filesystem',
+           'path' = 'in', 'format' = 'json', 'source.monitor-interval' = '100ms');
+         SET 'checkpoint.interval' = '200ms';
+         INSERT INTO lake.shop.kinds SELECT window_start, kind, count(*)
+         FROM TUMBLE((SELECT *, PROCTIME() AS t FROM events), t, INTERVAL '1' SECOND)
+         GROUP BY window_start, window_end, kind;"
+    );
+    let mut child = start_script(dir.path(), &script);
+    let start = std::time::Instant::now();
+    let mut counted = String::new();
+    while start.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(child.try_wait().unwrap().is_none(), "the job ended");
+        counted = query_csv(
+            dir.path(),
+            CATALOG,
+            "SELECT kind, sum(n) FROM lake.shop.kinds GROUP BY kind ORDER BY kind",
+        );
+        if counted.lines().count() == 4 && !counted.contains(",,") {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(
+        counted.lines().skip(1).collect::<Vec<_>>(),
+        ["k0,167", "k1,167", "k2,166"],
+        "every record's window emitted while the job ran on, without more records"
+    );
 }

@@ -6,7 +6,8 @@
 mod common;
 
 use common::process::{
-    assert_same_with_checkpoints_and_kills, floe_ok, kill_and_restart, query_csv, run_script_to_end,
+    assert_same_with_checkpoints_and_kills, floe_ok, kill_and_restart, query_csv,
+    run_script_to_end, start_script,
 };
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -105,12 +106,7 @@ fn a_lookup_join_killed_and_restarted_gives_the_same_rows() {
 fn a_table_updated_while_the_job_runs_is_seen_after_the_refresh_interval() {
     let dir = tempfile::tempdir().unwrap();
     setup(dir.path());
-    std::fs::write(dir.path().join("job.sql"), script("200ms", 20_000, "200ms")).unwrap();
-    let mut job = common::process::floe()
-        .current_dir(dir.path())
-        .args(["-q", "-f", "job.sql"])
-        .spawn()
-        .unwrap();
+    let mut job = start_script(dir.path(), &script("200ms", 20_000, "200ms"));
     // Once the job has written rows, every gold customer becomes platinum.
     let start = Instant::now();
     loop {

@@ -145,8 +145,12 @@ impl Session {
             .with_catalog_list(catalog_list.clone())
             .with_default_features()
             .with_relation_planners(vec![Arc::new(crate::sql::windows::WindowFunctions)])
+            .with_analyzer_rule(Arc::new(crate::sql::windows::SessionWindows))
             .build();
         let ctx = SessionContext::new_with_state(state);
+        ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(
+            crate::sql::windows::ProcTime::default(),
+        ));
         let jobs = Arc::new(Jobs::default());
         // `floe.jobs` in the default catalog (a fresh one: neither registration can clash).
         let schema = Arc::new(MemorySchemaProvider::new());

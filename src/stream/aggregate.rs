@@ -56,7 +56,7 @@ use super::top_n::{Rank, TopN, rank_limit};
 use super::upper::Upper;
 use crate::checkpoint::{SpillRun, StateStore};
 use crate::error::{Error, Reject, Result};
-use crate::sql::windows::WINDOW_END;
+use crate::sql::windows::{SessionGroup, WINDOW_END, origin, reads_processing_time};
 
 /// State batches kept before they are merged into one.
 const COMPACT_AFTER: usize = 32;
@@ -69,6 +69,9 @@ pub struct StreamAggregate {
     /// Where a row of `input` and a row of the state have their window's end, for an
     /// aggregate over windows.
     windows: Option<(WindowColumn, WindowColumn)>,
+    /// Whether its windows are over processing time (`PROCTIME()`): they close as the clock
+    /// passes them, and no record is late.
+    processing_time: bool,
     op: Op,
     /// The query above the aggregate (projections, HAVING, or more), over its rows.
     upper: Upper,
@@ -85,6 +88,8 @@ enum Op {
     /// accumulator states, the group columns first.
     Group {
         groups: usize,
+        /// Over `SESSION(...)`: its gap and window columns, whose windows the state merges.
+        session: Option<SessionGroup>,
         partial: Stage,
         reduce: Stage,
         finish: Stage,
@@ -340,6 +345,7 @@ fn group(
     let finish = merged(AggregateMode::Final)?;
     let op = Op::Group {
         groups: aggregate.group_expr.len(),
+        session: SessionGroup::of(aggregate)?,
         partial,
         reduce,
         finish,
@@ -447,10 +453,20 @@ impl StreamAggregate {
             Op::Group { finish, .. } => finish.schema(),
             Op::Top(top) => top.ranked_schema(),
         };
+        let processing_time = windows.is_some()
+            && node.inputs().first().is_some_and(|below| {
+                below
+                    .schema()
+                    .columns()
+                    .into_iter()
+                    .filter(|c| c.name == WINDOW_END)
+                    .any(|c| reads_processing_time(&origin(below, Expr::Column(c))))
+            });
         let upper = Upper::try_new(rows, node, &finished, state, windows.is_some()).await?;
         Ok(Self {
             input,
             windows,
+            processing_time,
             op,
             upper,
             lateness,
@@ -483,14 +499,33 @@ impl StreamAggregate {
         };
         let ends = input_end.ends(&rows)?;
         let mut late = Vec::new();
+        let gap = self.session().map(|s| s.gap);
         for (i, end) in ends.iter().enumerate() {
-            let watermark = watermarks.get(i).copied().unwrap_or(i64::MIN);
-            match end {
-                None => late.push((
+            // Over processing time, a record's window is open when it is read.
+            let watermark = match self.processing_time {
+                true => i64::MIN,
+                false => watermarks.get(i).copied().unwrap_or(i64::MIN),
+            };
+            match (end, gap) {
+                (None, _) => late.push((
                     i,
                     Reject::new("the record has no event time (its window is NULL)"),
                 )),
-                Some(end) if end.saturating_add(self.lateness) <= watermark => late.push((
+                // A session closes when the watermark passes its end: a record behind the
+                // watermark may belong to one emitted already.
+                (Some(end), Some(gap)) if (end - gap).saturating_add(self.lateness) < watermark => {
+                    late.push((
+                        i,
+                        Reject::new(format!(
+                            "late: its time {} was behind the watermark ({}), and its session \
+                             may have closed",
+                            show_micros(end - gap),
+                            show_micros(watermark)
+                        )),
+                    ))
+                }
+                (Some(_), Some(_)) => {}
+                (Some(end), None) if end.saturating_add(self.lateness) <= watermark => late.push((
                     i,
                     Reject::new(format!(
                         "late: its window ended at {} and the watermark had passed it ({})",
@@ -498,7 +533,7 @@ impl StreamAggregate {
                         show_micros(watermark)
                     )),
                 )),
-                Some(_) => {}
+                (Some(_), None) => {}
             }
         }
         let on_time = if late.is_empty() {
@@ -525,17 +560,28 @@ impl StreamAggregate {
 
     /// How the aggregate runs, for `EXPLAIN`: where it emits, its state, its plans.
     pub fn explain(&self) -> String {
-        let lateness = match self.lateness {
+        let show = |us: i64| match us {
             us if us % 1_000_000 == 0 => format!("{}s", us / 1_000_000),
             us => format!("{}ms", us / 1_000),
         };
-        let mut out = match self.windows {
-            Some(_) => format!(
+        let lateness = show(self.lateness);
+        let mut out = match (self.windows, self.session()) {
+            (Some(_), Some(s)) => format!(
+                "Emit: each session once (a key's records until {} without one), when the \
+                 watermark passes its end (its last record's time + {}) + {lateness} \
+                 (window.allowed-lateness); records behind the watermark: dead letters ('late')\n",
+                show(s.gap),
+                show(s.gap)
+            ),
+            (Some(_), None) if self.processing_time => "Emit: each window once, when the clock \
+                 passes window_end (windows over processing time, PROCTIME())\n"
+                .to_string(),
+            (Some(_), None) => format!(
                 "Emit: each window once, when the watermark passes window_end + {lateness} \
                  (window.allowed-lateness); records of a window already emitted: dead letters \
                  ('late')\n"
             ),
-            None => format!(
+            (None, _) => format!(
                 "Emit: at each checkpoint, the rows of the {} updated since the last, replacing \
                  the table's rows of the same key\n",
                 match self.op {
@@ -620,21 +666,110 @@ impl StreamAggregate {
         }
     }
 
-    /// The key (group or partition) of each row of a state batch, as columns.
+    /// The key (group or partition) of each row of a state batch, as columns: over session
+    /// windows, the key whose sessions they are (the group but its window).
     fn keys(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
         match &self.op {
+            Op::Group {
+                groups,
+                session: Some(s),
+                ..
+            } => Ok((0..*groups)
+                .filter(|i| *i != s.start && *i != s.end)
+                .map(|i| batch.column(i).clone())
+                .collect()),
             Op::Group { groups, .. } => Ok(batch.columns()[..*groups].to_vec()),
             Op::Top(top) => top.keys(batch),
         }
     }
 
-    /// Merge the state's batches into one.
+    /// Its session windows, when it aggregates over `SESSION(...)`.
+    fn session(&self) -> Option<SessionGroup> {
+        match &self.op {
+            Op::Group { session, .. } => *session,
+            Op::Top(_) => None,
+        }
+    }
+
+    /// Merge the state's batches into one (their sessions merged).
     pub async fn compact(&self, state: &mut AggregateState) -> Result<()> {
-        if state.batches.len() > 1 {
-            state.batches = self.merge(std::mem::take(&mut state.batches)).await?;
+        if state.batches.len() > 1 || self.session().is_some() {
+            state.batches = self.sessions(std::mem::take(&mut state.batches)).await?;
         }
         state.merged = state.rows();
         Ok(())
+    }
+
+    /// State `batches` merged into one batch, the windows of each key's sessions that overlap
+    /// merged into one window first (over `SESSION(...)`): ordered by start, a window starting
+    /// before the end of the session so far extends it.
+    async fn sessions(&self, batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
+        let Some(session) = self.session() else {
+            return self.merge(batches).await;
+        };
+        let Some(first) = batches.first() else {
+            return Ok(batches);
+        };
+        let one = concat_batches(&first.schema(), &batches).map_err(internal)?;
+        let (start_column, end_column) = (
+            WindowColumn {
+                index: session.start,
+            },
+            WindowColumn { index: session.end },
+        );
+        let starts = start_column.ends(&one)?;
+        let ends = end_column.ends(&one)?;
+        let keys = self.keys(&one)?;
+        let converter = RowConverter::new(
+            keys.iter()
+                .map(|k| SortField::new(k.data_type().clone()))
+                .collect(),
+        )
+        .map_err(internal)?;
+        let rows = converter.convert_columns(&keys).map_err(internal)?;
+        let mut order: Vec<usize> = (0..one.num_rows()).collect();
+        order.sort_unstable_by(|a, b| {
+            rows.row(*a)
+                .cmp(&rows.row(*b))
+                .then(starts.value(*a).cmp(&starts.value(*b)))
+        });
+        let mut merged_start: Vec<Option<i64>> = vec![None; one.num_rows()];
+        let mut merged_end = merged_start.clone();
+        let mut i = 0;
+        while i < order.len() {
+            let first = order[i];
+            let (start, mut end) = (starts.value(first), ends.value(first));
+            let mut j = i + 1;
+            while j < order.len()
+                && rows.row(order[j]) == rows.row(first)
+                && starts.value(order[j]) < end
+            {
+                end = end.max(ends.value(order[j]));
+                j += 1;
+            }
+            for &row in &order[i..j] {
+                merged_start[row] = Some(start);
+                merged_end[row] = Some(end);
+            }
+            i = j;
+        }
+        let as_column = |values: Vec<Option<i64>>, like: &ArrayRef| -> Result<ArrayRef> {
+            let DataType::Timestamp(_, tz) = like.data_type() else {
+                return Err(Error::Internal(
+                    "a session column is not a TIMESTAMP".into(),
+                ));
+            };
+            let micros: ArrayRef = Arc::new(
+                datafusion::arrow::array::TimestampMicrosecondArray::from(values)
+                    .with_timezone_opt(tz.clone()),
+            );
+            cast(&micros, like.data_type()).map_err(internal)
+        };
+        let mut columns = one.columns().to_vec();
+        columns[session.start] = as_column(merged_start, one.column(session.start))?;
+        columns[session.end] = as_column(merged_end, one.column(session.end))?;
+        let relabeled = RecordBatch::try_new(one.schema(), columns).map_err(internal)?;
+        self.merge(vec![relabeled]).await
     }
 
     /// `batches` of partial state merged into one batch, a row per group (none if empty).
@@ -690,6 +825,11 @@ impl StreamAggregate {
     /// Whether the aggregate is over windows (else it updates its groups' rows).
     pub fn is_windowed(&self) -> bool {
         self.windows.is_some()
+    }
+
+    /// Whether its windows are over processing time (they close as the clock passes them).
+    pub fn is_processing_time(&self) -> bool {
+        self.processing_time
     }
 
     /// For an aggregate without windows: the rows, as they are now, of the groups the rows
@@ -751,30 +891,26 @@ impl StreamAggregate {
         if self.windows.is_none() {
             return Ok(Vec::new());
         }
-        let mut closed = Vec::new();
-        let mut open = Vec::new();
-        for batch in std::mem::take(&mut state.batches) {
-            let (c, o) = self.split_closed(batch, watermark)?;
-            closed.extend(c);
-            open.extend(o);
-        }
-        state.batches = open;
-        state.merged = state.merged.min(state.rows());
         let (closing, kept): (Vec<SpillRun>, Vec<SpillRun>) = std::mem::take(&mut state.spilled)
             .into_iter()
-            .partition(|run| run.first_end.saturating_add(self.lateness) <= watermark);
+            .partition(|run| self.closes(run.first_end, watermark));
         state.spilled = kept;
         if closing.is_empty() {
+            let batches = std::mem::take(&mut state.batches);
+            let (closed, open) = self.split_closed(batches, watermark).await?;
+            state.batches = open;
+            state.merged = state.merged.min(state.rows());
             if closed.is_empty() {
                 return Ok(Vec::new());
             }
             let finals = self.finish(closed).await?;
             return Ok(vec![self.upper.run(&self.task, finals).await?]);
         }
-        // With runs on disk, the closing groups are finished a part at a time (a group is in
-        // one part of every run), or all at once when the plan above needs every row.
+        // With runs on disk, the state is finished a part at a time (a group, or a key's
+        // sessions, are in one part of every run), or all at once when the plan above needs
+        // every row.
         let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new(); SPILL_PARTS];
-        for batch in closed {
+        for batch in std::mem::take(&mut state.batches) {
             for (p, part) in self.partition(&batch)?.into_iter().enumerate() {
                 parts[p].push(part);
             }
@@ -793,51 +929,68 @@ impl StreamAggregate {
                     let file = run.files.get(p).ok_or_else(|| {
                         Error::Internal(format!("a spilled run without part {p}"))
                     })?;
-                    for batch in files.store.load_state(files.job, file)? {
-                        let (c, o) = self.split_closed(batch, watermark)?;
-                        rows.extend(c);
-                        state.batches.extend(o);
-                    }
+                    rows.extend(files.store.load_state(files.job, file)?);
                 }
             }
             rows.retain(|b| b.num_rows() > 0);
-            if rows.is_empty() {
+            let (closed, open) = self.split_closed(rows, watermark).await?;
+            state.batches.extend(open);
+            if closed.is_empty() {
                 continue;
             }
-            let finals = self.finish(rows).await?;
+            let finals = self.finish(closed).await?;
             out.push(self.upper.run(&self.task, finals).await?);
         }
+        state.merged = 0;
         Ok(out)
     }
 
-    /// The rows of a state batch whose windows the watermark closes, and the others.
-    fn split_closed(
+    /// Whether a window ending at `end` closes at `watermark`.
+    fn closes(&self, end: i64, watermark: i64) -> bool {
+        end.saturating_add(self.lateness) <= watermark
+    }
+
+    /// State `batches` split into the rows of windows the watermark closes and the others;
+    /// over sessions, their windows merged first when one may close.
+    async fn split_closed(
         &self,
-        batch: RecordBatch,
+        batches: Vec<RecordBatch>,
         watermark: i64,
-    ) -> Result<(Option<RecordBatch>, Option<RecordBatch>)> {
+    ) -> Result<(Vec<RecordBatch>, Vec<RecordBatch>)> {
         let Some((_, state_end)) = self.windows else {
-            return Ok((None, Some(batch)));
+            return Ok((Vec::new(), batches));
         };
-        let ends = state_end.ends(&batch)?;
-        let mask: BooleanArray = ends
-            .iter()
-            .map(|e| Some(e.is_some_and(|e| e.saturating_add(self.lateness) <= watermark)))
-            .collect();
-        match mask.true_count() {
-            0 => Ok((None, Some(batch))),
-            n if n == batch.num_rows() => Ok((Some(batch), None)),
-            _ => {
-                let split = |m: &BooleanArray| {
-                    filter_record_batch(&batch, m)
-                        .map_err(|e| Error::Internal(format!("splitting window state: {e}")))
-                };
-                Ok((
-                    Some(split(&mask)?),
-                    Some(split(&not(&mask).map_err(internal)?)?),
-                ))
+        let ends = |b: &RecordBatch| state_end.ends(b);
+        let mut may_close = false;
+        for b in &batches {
+            may_close |= ends(b)?
+                .iter()
+                .any(|e| e.is_some_and(|e| self.closes(e, watermark)));
+        }
+        if !may_close {
+            return Ok((Vec::new(), batches));
+        }
+        let batches = match self.session() {
+            Some(_) => self.sessions(batches).await?,
+            None => batches,
+        };
+        let (mut closed, mut open) = (Vec::new(), Vec::new());
+        for batch in batches {
+            let mask: BooleanArray = ends(&batch)?
+                .iter()
+                .map(|e| Some(e.is_some_and(|e| self.closes(e, watermark))))
+                .collect();
+            match mask.true_count() {
+                0 => open.push(batch),
+                n if n == batch.num_rows() => closed.push(batch),
+                _ => {
+                    closed.push(filter_record_batch(&batch, &mask).map_err(internal)?);
+                    let rest = not(&mask).map_err(internal)?;
+                    open.push(filter_record_batch(&batch, &rest).map_err(internal)?);
+                }
             }
         }
+        Ok((closed, open))
     }
 
     /// For an aggregate over windows whose state in memory passed the memory budget: the
@@ -855,12 +1008,19 @@ impl StreamAggregate {
             return Ok(());
         }
         for batch in std::mem::take(&mut state.batches) {
-            let first_end = state_end
-                .ends(&batch)?
-                .iter()
-                .flatten()
-                .min()
-                .unwrap_or(i64::MIN);
+            // When the run is read again: as its earliest window closes, or over sessions,
+            // as the watermark passes its earliest start (a session closing then may extend
+            // into the run).
+            let due = match self.session() {
+                Some(s) => WindowColumn { index: s.start }
+                    .ends(&batch)?
+                    .iter()
+                    .flatten()
+                    .min()
+                    .map(|start| start.saturating_add(1)),
+                None => state_end.ends(&batch)?.iter().flatten().min(),
+            };
+            let first_end = due.unwrap_or(i64::MIN);
             let id = uuid::Uuid::new_v4().simple();
             let mut names = Vec::with_capacity(SPILL_PARTS);
             for (p, part) in self.partition(&batch)?.iter().enumerate() {

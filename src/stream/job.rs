@@ -521,11 +521,17 @@ impl<'a> Runner<'a> {
 
     /// Emit the windows the job's watermark has closed.
     pub(super) async fn emit_windows(&mut self) -> Result<()> {
-        let Some(watermark) = self.watermark(None) else {
+        let Some(aggregate) = self.job.query.aggregate() else {
             return Ok(());
         };
-        let (Some(aggregate), Some(state)) = (self.job.query.aggregate(), self.aggregate.as_mut())
-        else {
+        // Windows over processing time close as the clock passes them, all once every source
+        // has ended.
+        let watermark = match aggregate.is_processing_time() {
+            true if self.readers.iter().all(|(_, _, ended)| *ended) => Some(i64::MAX),
+            true => Some(chrono::Utc::now().timestamp_micros()),
+            false => self.watermark(None),
+        };
+        let (Some(watermark), Some(state)) = (watermark, self.aggregate.as_mut()) else {
             return Ok(());
         };
         let files = StateFiles {

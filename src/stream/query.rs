@@ -211,6 +211,7 @@ impl ContinuousQuery {
             .map(|(n, (d, _))| (n.clone(), d.schema.clone()))
             .collect();
         let (planned, _) = query.plan_logical(&schemas).await?;
+        crate::sql::windows::check_sessions(&planned.plan)?;
         check_row_wise(per_batch(&planned.plan))?;
         query.joins_streams = check_stream_joins(per_batch(&planned.plan), &query.sources)?;
         if query.joins_streams {
@@ -266,7 +267,8 @@ impl ContinuousQuery {
         )
         .await?;
         for def in self.sources.values().map(|(d, _)| d) {
-            if aggregate.is_windowed() && def.watermark.is_none() {
+            if aggregate.is_windowed() && !aggregate.is_processing_time() && def.watermark.is_none()
+            {
                 return Err(Error::Plan(format!(
                     "this INSERT cannot run continuously: its windows close when event time \
                      passes them, and source {} declares no event time: declare it with \
@@ -631,8 +633,17 @@ pub fn executor(state: &SessionState) -> SessionState {
     optimizer.enable_join_dynamic_filter_pushdown = false;
     optimizer.enable_topk_dynamic_filter_pushdown = false;
     optimizer.enable_aggregate_dynamic_filter_pushdown = false;
+    // Sessions are merged in the aggregate's state, not by the batch rule.
+    let rules = state
+        .analyzer()
+        .rules
+        .iter()
+        .filter(|r| r.name() != crate::sql::windows::SessionWindows::NAME)
+        .cloned()
+        .collect();
     SessionStateBuilder::new_from_existing(state.clone())
         .with_config(config)
+        .with_analyzer_rules(rules)
         .build()
 }
 

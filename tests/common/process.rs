@@ -38,6 +38,20 @@ pub fn run_script_to_end(dir: &Path, script: &str) {
     floe_ok(dir, &["-q", "-f", "job.sql"]);
 }
 
+/// Start `script` (saved as `dir/job.sql`) in `dir`, left running (a job over a watched
+/// folder does not end): the caller kills it.
+#[allow(dead_code)]
+pub fn start_script(dir: &Path, script: &str) -> std::process::Child {
+    std::fs::write(dir.join("job.sql"), script).unwrap();
+    floe()
+        .current_dir(dir)
+        .args(["-q", "-f", "job.sql"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// A small xorshift generator seeded from the clock; the seed is printed to reproduce.
 pub struct Rng(pub u64);
 

@@ -76,6 +76,18 @@ EXPECTED: dict[str, tuple[str, str]] = {
            "AND b.date_time BETWEEN a.date_time AND a.expires "
            "QUALIFY row_number() OVER (PARTITION BY a.id ORDER BY b.price DESC, b.date_time) = 1",
            "*"),
+    # Each bidder's sessions: a bid starts one 10 s or more after the bidder's bid before it.
+    "q11": ("SELECT bidder, count(*), min(date_time), max(date_time) + INTERVAL 10 SECOND "
+            "FROM (SELECT *, sum(starts) OVER (PARTITION BY bidder ORDER BY date_time "
+            "ROWS UNBOUNDED PRECEDING) AS session FROM (SELECT *, CASE WHEN date_time < "
+            "lag(date_time) OVER (PARTITION BY bidder ORDER BY date_time) + INTERVAL 10 SECOND "
+            "THEN 0 ELSE 1 END AS starts FROM bid)) GROUP BY bidder, session", "*"),
+    # Windows of processing time are not in the events: each bidder's bids, all counted once,
+    # in windows of 10 s.
+    "q12": ("SELECT bidder, count(*), true FROM bid GROUP BY bidder",
+            "DISTINCT bidder, sum(bid_count) OVER (PARTITION BY bidder), "
+            "bool_and(endtime - starttime = INTERVAL 10 SECOND "
+            "AND epoch_us(starttime) % 10000000 = 0) OVER ()"),
     "q13": ("SELECT auction, bidder, price, date_time, 'side-' || CAST(auction % 10000 AS VARCHAR) "
             "FROM bid", "*"),
     "q14": ("SELECT auction, bidder, 0.908::DOUBLE * price, CASE "
