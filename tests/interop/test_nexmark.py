@@ -64,6 +64,11 @@ EXPECTED: dict[str, tuple[str, str]] = {
            "counts AS (SELECT auction, count(*) AS num, ws FROM w GROUP BY auction, ws) "
            "SELECT c.auction, c.num FROM counts c JOIN (SELECT max(num) AS maxn, ws FROM counts "
            "GROUP BY ws) m ON c.ws = m.ws AND c.num >= m.maxn", "*"),
+    "q6": ("SELECT seller, avg(final) FROM (SELECT seller, final, row_number() OVER "
+           "(PARTITION BY seller ORDER BY date_time DESC, id DESC) AS rn FROM (SELECT a.id, "
+           "a.seller, a.date_time, max(b.price) AS final FROM auction a JOIN bid b "
+           "ON a.id = b.auction AND b.date_time BETWEEN a.date_time AND a.expires "
+           "GROUP BY a.id, a.seller, a.date_time)) WHERE rn <= 10 GROUP BY seller", "*"),
     "q7": ("SELECT auction, price, bidder, date_time, extra FROM bid QUALIFY rank() OVER "
            "(PARTITION BY time_bucket(INTERVAL 10 SECOND, date_time) ORDER BY price DESC) = 1",
            "*"),
@@ -76,6 +81,8 @@ EXPECTED: dict[str, tuple[str, str]] = {
            "AND b.date_time BETWEEN a.date_time AND a.expires "
            "QUALIFY row_number() OVER (PARTITION BY a.id ORDER BY b.price DESC, b.date_time) = 1",
            "*"),
+    "q10": ("SELECT auction, bidder, price, date_time, extra, strftime(date_time, '%Y-%m-%d'), "
+            "strftime(date_time, '%H:%M') FROM bid", "*"),
     # Each bidder's sessions: a bid starts one 10 s or more after the bidder's bid before it.
     "q11": ("SELECT bidder, count(*), min(date_time), max(date_time) + INTERVAL 10 SECOND "
             "FROM (SELECT *, sum(starts) OVER (PARTITION BY bidder ORDER BY date_time "
@@ -169,6 +176,12 @@ def test_nexmark_queries_match_duckdb(run_lake, lake: SqlLake, duck, tmp_path: P
     letters = catalog.load_table("nexmark.dead_letters").scan().to_arrow().to_pylist() \
         if catalog.table_exists("nexmark.dead_letters") else []
     assert letters == [], f"no record of a well-formed stream is a dead letter: {letters[:3]}"
+
+    q10 = catalog.load_table("nexmark.q10")
+    assert [f.name for f in q10.spec().fields] == ["dt", "hm"], "q10 partitioned by day, minute"
+    minutes = duck.execute("SELECT count(DISTINCT strftime(date_time, '%Y-%m-%d %H:%M')) "
+                           "FROM bid").fetchone()[0]
+    assert len(q10.inspect.partitions()) == minutes, "q10: a partition per minute of bids"
 
     for query, (sql, columns) in sorted(EXPECTED.items()):
         want = normal(duck.execute(sql).fetchall())
