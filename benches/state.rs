@@ -1,4 +1,5 @@
-//! A windowed aggregate with a million open groups, within its memory budget.
+//! Aggregates with a million groups, within their memory budget: over one window, and
+//! without windows (updated at each checkpoint).
 //!
 //! ```text
 //! cargo bench --bench state
@@ -11,7 +12,10 @@
 //! (64 MiB), so that the open windows' state goes to disk beyond it, and with a budget larger
 //! than the state. Each run prints its time and the process's peak resident memory; the
 //! budgeted run's peak should sit near the budget plus what a job holds anyway, well under the
-//! unbounded run's. Each run's rows are checked against the same aggregate in batch.
+//! unbounded run's. Then the same groups without a window, an aggregate updated at each
+//! checkpoint (its groups' state in parts on disk beyond the budget, a part rewritten when a
+//! checkpoint updates it), both ways. Each run's rows are checked against the same aggregate in
+//! batch.
 
 use std::time::Instant;
 
@@ -24,32 +28,50 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const GROUPS: u64 = 1_000_000;
 
-const QUERY: &str = "SELECT window_start, window_end, order_id % 1000000 AS k, count(*) AS n,
+const WINDOWED: &str = "SELECT window_start, window_end, order_id % 1000000 AS k, count(*) AS n,
        sum(price) AS total, max(price) AS top
      FROM TUMBLE(orders, order_time, INTERVAL '7' DAY)
      GROUP BY window_start, window_end, order_id % 1000000";
 
-/// Seconds the job took and the peak resident memory (MiB), with `budget`.
-fn run(dir: &std::path::Path, rows: u64, budget: &str) -> (f64, f64) {
+const UPDATING: &str = "SELECT order_id % 1000000 AS k, count(*) AS n, sum(price) AS total,
+       max(price) AS top
+     FROM orders GROUP BY order_id % 1000000";
+
+/// Seconds the job took and the peak resident memory (MiB), with `budget`, over one window
+/// or updating.
+fn run(dir: &std::path::Path, rows: u64, budget: &str, windowed: bool) -> (f64, f64) {
+    let (query, table, columns) = match windowed {
+        true => (
+            WINDOWED,
+            format!("groups_{budget}"),
+            "window_start TIMESTAMP, window_end TIMESTAMP, k BIGINT, n BIGINT, total DOUBLE, \
+             top DOUBLE",
+        ),
+        false => (
+            UPDATING,
+            format!("updated_{budget}"),
+            "k BIGINT, n BIGINT, total DOUBLE, top DOUBLE, PRIMARY KEY (k) NOT ENFORCED",
+        ),
+    };
     common::one_core().block_on(async {
         let session = common::lake_session(
             dir,
             &format!(
                 "CREATE SCHEMA IF NOT EXISTS lake.state;
-                 CREATE TABLE lake.state.groups_{budget} (window_start TIMESTAMP,
-                   window_end TIMESTAMP, k BIGINT, n BIGINT, total DOUBLE, top DOUBLE);
+                 CREATE TABLE lake.state.{table} ({columns});
                  CREATE SOURCE IF NOT EXISTS orders (WATERMARK FOR order_time AS order_time)
                    WITH ('connector' = 'datagen', 'profile' = 'orders',
                    'number-of-rows' = '{rows}', 'seed' = '3');
                  SET 'state.memory-budget' = '{budget}';
-                 SET 'pipeline.name' = 'groups-{budget}';"
+                 SET 'checkpoint.interval' = '5s';
+                 SET 'pipeline.name' = '{table}';"
             ),
         )
         .await;
         reset_peak_rss();
         let start = Instant::now();
         session
-            .sql(&format!("INSERT INTO lake.state.groups_{budget} {QUERY}"))
+            .sql(&format!("INSERT INTO lake.state.{table} {query}"))
             .await
             .expect("the job");
         let seconds = start.elapsed().as_secs_f64();
@@ -57,10 +79,10 @@ fn run(dir: &std::path::Path, rows: u64, budget: &str) -> (f64, f64) {
         let totals = "count(*) AS groups, sum(n) AS n, round(sum(total)) AS total";
         let written = common::text(
             &session,
-            &format!("SELECT {totals} FROM lake.state.groups_{budget}"),
+            &format!("SELECT {totals} FROM lake.state.{table}"),
         )
         .await;
-        let batch = common::text(&session, &format!("SELECT {totals} FROM ({QUERY})")).await;
+        let batch = common::text(&session, &format!("SELECT {totals} FROM ({query})")).await;
         assert_eq!(written, batch, "the job's groups are the batch query's");
         (seconds, peak)
     })
@@ -75,16 +97,21 @@ fn main() {
         "FLOE_BENCH_ROWS: at least {GROUPS} rows for {GROUPS} groups"
     );
     let dir = tempfile::tempdir().expect("tempdir");
-    let (spilled_s, spilled_rss) = run(dir.path(), rows, &budget);
-    let (memory_s, memory_rss) = run(dir.path(), rows, "64gb");
-    println!("state: {GROUPS} open groups (one window), {rows} orders, one core");
-    println!(
-        "  state.memory-budget {budget:>5}: {spilled_s:>7.2} s   peak RSS {spilled_rss:>6.0} MiB"
-    );
-    println!("  state.memory-budget  64gb: {memory_s:>7.2} s   peak RSS {memory_rss:>6.0} MiB");
-    println!(
-        "  budgeted peak: {:.0}% of the unbounded run's, time {:.2}x",
-        100.0 * spilled_rss / memory_rss,
-        spilled_s / memory_s
-    );
+    for (windowed, what) in [
+        (true, "open groups (one window)"),
+        (false, "groups updated at each 5 s checkpoint"),
+    ] {
+        let (spilled_s, spilled_rss) = run(dir.path(), rows, &budget, windowed);
+        let (memory_s, memory_rss) = run(dir.path(), rows, "64gb", windowed);
+        println!("state: {GROUPS} {what}, {rows} orders, one core");
+        println!(
+            "  state.memory-budget {budget:>5}: {spilled_s:>7.2} s   peak RSS {spilled_rss:>6.0} MiB"
+        );
+        println!("  state.memory-budget  64gb: {memory_s:>7.2} s   peak RSS {memory_rss:>6.0} MiB");
+        println!(
+            "  budgeted peak: {:.0}% of the unbounded run's, time {:.2}x",
+            100.0 * spilled_rss / memory_rss,
+            spilled_s / memory_s
+        );
+    }
 }

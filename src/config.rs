@@ -44,8 +44,9 @@ pub struct FloeOptions {
     /// `lookup.refresh-interval`: how often a continuous job reads again a table it joins
     /// its stream with (a lookup join).
     pub lookup_refresh: Duration,
-    /// `state.memory-budget`: the bytes of open windows' state a continuous job holds in
-    /// memory; beyond it the state goes to local disk (`state.dir`) until its windows close.
+    /// `state.memory-budget`: the bytes of aggregate state (open windows', or the groups' of
+    /// an aggregate without windows) a continuous job holds in memory; beyond it the state
+    /// goes to local disk (`state.dir`).
     pub state_memory: u64,
 }
 

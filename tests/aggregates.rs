@@ -6,7 +6,7 @@
 mod common;
 
 use common::process::{
-    assert_same_with_checkpoints_and_kills, kill_and_restart, query_csv, run_script_to_end,
+    assert_same_spilled, assert_same_with_checkpoints_and_kills, query_csv, run_script_to_end,
     start_script,
 };
 use std::path::Path;
@@ -149,60 +149,8 @@ fn windows_killed_and_restarted_are_emitted_once_with_the_same_rows() {
 
     // Open windows' state beyond a small budget goes to disk: the same rows, straight and
     // killed and restarted.
-    let spilling = |interval: &str| {
-        format!(
-            "SET 'state.memory-budget' = '16kb'; {}",
-            script(interval, "2")
-        )
-    };
-    let spilled = tempfile::tempdir().unwrap();
-    let seen = spill_files_seen_while(spilled.path(), || {
-        run_script_to_end(spilled.path(), &spilling("200ms"))
-    });
-    assert!(seen, "the state went to disk");
-    assert_eq!(tables(spilled.path()), expected, "state spilled to disk");
-    let killed = tempfile::tempdir().unwrap();
-    kill_and_restart(killed.path(), &spilling("100ms"), 700);
-    assert_eq!(
-        tables(killed.path()),
-        expected,
-        "spilled, killed and restarted"
-    );
+    let (_, killed) = assert_same_spilled(|i| script(i, "2"), "16kb", 700, tables, &expected);
     assert_each_window_once(killed.path());
-}
-
-/// Whether a job's spilled window state showed up in the state folders under `dir` while
-/// `run` ran.
-fn spill_files_seen_while(dir: &Path, run: impl FnOnce()) -> bool {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let done = AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        let watcher = scope.spawn(|| {
-            let spilled = || {
-                std::fs::read_dir(dir.join(".floe"))
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                    .any(|job| {
-                        std::fs::read_dir(job.path())
-                            .into_iter()
-                            .flatten()
-                            .flatten()
-                            .any(|f| f.file_name().to_string_lossy().starts_with("window-spill-"))
-                    })
-            };
-            while !done.load(Ordering::Relaxed) {
-                if spilled() {
-                    return true;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            false
-        });
-        run();
-        done.store(true, Ordering::Relaxed);
-        watcher.join().unwrap()
-    })
 }
 
 #[test]
@@ -408,6 +356,10 @@ fn an_updating_aggregate_killed_and_restarted_keeps_one_right_row_per_group() {
         snapshots > 5,
         "updated at each checkpoint: {snapshots} snapshots"
     );
+
+    // The groups' state beyond a small budget goes to disk: the same rows, straight and
+    // killed and restarted.
+    assert_same_spilled(updating_script, "4kb", 550, rows, &expected);
 }
 
 /// Queries over an aggregate's rows: the busiest products of each minute (the per-minute
@@ -480,6 +432,17 @@ fn queries_over_an_aggregate_killed_and_restarted_give_the_same_rows() {
     assert_eq!(avg, batch, "the average as in batch");
 
     assert_same_with_checkpoints_and_kills(composed_script, 600, rows, &expected);
+
+    // With the state on disk, the average over every group's row still sees every group.
+    let spilled = tempfile::tempdir().unwrap();
+    run_script_to_end(
+        spilled.path(),
+        &format!(
+            "SET 'state.memory-budget' = '1kb'; {}",
+            composed_script("100ms")
+        ),
+    );
+    assert_eq!(rows(spilled.path()), expected, "state spilled to disk");
 }
 
 /// Windows over processing time (`PROCTIME()`): every record counted once, in one-second

@@ -341,7 +341,7 @@ impl StateStore {
         };
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
-            let state = name.starts_with("window-") || name.starts_with("join-");
+            let state = name.ends_with(".arrow");
             if state && !keep.contains(&name.as_str()) {
                 let _ = std::fs::remove_file(e.path());
             }

@@ -627,12 +627,15 @@ impl StreamAggregate {
                 ),
             ),
         };
+        let budget = crate::config::format_size(self.budget as u64);
         let spill = match windowed {
             true => format!(
-                ", beyond {} (state.memory-budget) on local disk until its windows close",
-                crate::config::format_size(self.budget as u64)
+                ", beyond {budget} (state.memory-budget) on local disk until its windows close"
             ),
-            false => String::new(),
+            false => format!(
+                ", beyond {budget} (state.memory-budget) on local disk in parts by key, a part \
+                 rewritten at a checkpoint that updates it"
+            ),
         };
         out.push_str(&format!(
             "  {what}\n    state: {state}, merged past {COMPACT_AFTER} batches as it doubles{spill}, \
@@ -833,8 +836,13 @@ impl StreamAggregate {
     }
 
     /// For an aggregate without windows: the rows, as they are now, of the groups the rows
-    /// since the last call updated (merged into `state`); `None` when none was.
-    pub async fn emit_updates(&self, state: &mut AggregateState) -> Result<Option<RecordBatch>> {
+    /// since the last call updated (merged into `state`, in memory or in its parts on disk,
+    /// read from `files`); `None` when none was.
+    pub async fn emit_updates(
+        &self,
+        state: &mut AggregateState,
+        files: &StateFiles<'_>,
+    ) -> Result<Option<RecordBatch>> {
         if state.pending.is_empty() {
             return Ok(None);
         }
@@ -843,28 +851,16 @@ impl StreamAggregate {
         let Some(delta) = delta.into_iter().next() else {
             return Ok(None);
         };
-        // The state's rows of the groups the delta touches, and the others.
-        let delta_keys = self.keys(&delta)?;
-        let fields = delta_keys
-            .iter()
-            .map(|k| SortField::new(k.data_type().clone()))
-            .collect();
-        let converter = RowConverter::new(fields).map_err(internal)?;
-        let keys = |b: &RecordBatch| -> Result<_> {
-            converter.convert_columns(&self.keys(b)?).map_err(internal)
-        };
-        let touched_keys = converter.convert_columns(&delta_keys).map_err(internal)?;
-        let touched: HashSet<_> = touched_keys.iter().collect();
-        let mut updated = vec![delta];
-        let mut untouched = Vec::new();
-        for batch in std::mem::take(&mut state.batches) {
-            let rows = keys(&batch)?;
-            let mask: BooleanArray = rows.iter().map(|r| Some(touched.contains(&r))).collect();
-            let split = |m: &BooleanArray| filter_record_batch(&batch, m).map_err(internal);
-            updated.push(split(&mask)?);
-            untouched.push(split(&not(&mask).map_err(internal)?)?);
+        if !state.spilled.is_empty() {
+            if !state.batches.is_empty() {
+                self.spill_groups(state, files)?;
+            }
+            let run = state.spilled[0].clone();
+            return self.update_parts(state, delta, run, files).await;
         }
-        let updated = self.merge(updated).await?;
+        let (updated, untouched) = self
+            .update(delta, std::mem::take(&mut state.batches))
+            .await?;
         state.batches = untouched
             .into_iter()
             .chain(updated.iter().cloned())
@@ -878,6 +874,94 @@ impl StreamAggregate {
             false => self.finish(state.batches.clone()).await?,
         };
         self.upper.run(&self.task, finals).await.map(Some)
+    }
+
+    /// `delta` (merged partial state) merged with what `batches` (state) held of its groups:
+    /// the updated groups' state, and the rest of `batches`.
+    async fn update(
+        &self,
+        delta: RecordBatch,
+        batches: Vec<RecordBatch>,
+    ) -> Result<(Vec<RecordBatch>, Vec<RecordBatch>)> {
+        let delta_keys = self.keys(&delta)?;
+        let fields = delta_keys
+            .iter()
+            .map(|k| SortField::new(k.data_type().clone()))
+            .collect();
+        let converter = RowConverter::new(fields).map_err(internal)?;
+        let touched_keys = converter.convert_columns(&delta_keys).map_err(internal)?;
+        let touched: HashSet<_> = touched_keys.iter().collect();
+        let mut updated = vec![delta];
+        let mut untouched = Vec::new();
+        for batch in batches {
+            let rows = converter
+                .convert_columns(&self.keys(&batch)?)
+                .map_err(internal)?;
+            let mask: BooleanArray = rows.iter().map(|r| Some(touched.contains(&r))).collect();
+            let split = |m: &BooleanArray| filter_record_batch(&batch, m).map_err(internal);
+            updated.push(split(&mask)?);
+            untouched.push(split(&not(&mask).map_err(internal)?)?);
+        }
+        Ok((self.merge(updated).await?, untouched))
+    }
+
+    /// [`Self::emit_updates`] with the groups' state on disk, in `run`'s parts: each part the
+    /// delta touches is read, updated and written anew (the checkpoint before still names the
+    /// old one), one at a time.
+    async fn update_parts(
+        &self,
+        state: &mut AggregateState,
+        delta: RecordBatch,
+        run: SpillRun,
+        files: &StateFiles<'_>,
+    ) -> Result<Option<RecordBatch>> {
+        let id = uuid::Uuid::new_v4().simple();
+        let mut parts = run.files.clone();
+        let mut out = Vec::new();
+        for (p, delta) in self.partition(&delta)?.into_iter().enumerate() {
+            if delta.num_rows() == 0 {
+                continue;
+            }
+            let file = run
+                .files
+                .get(p)
+                .ok_or_else(|| Error::Internal(format!("a spilled run without part {p}")))?;
+            let held = files.store.load_state(files.job, file)?;
+            let (updated, untouched) = self.update(delta, held).await?;
+            let rows: Vec<RecordBatch> = untouched
+                .into_iter()
+                .chain(updated.iter().cloned())
+                .filter(|b| b.num_rows() > 0)
+                .collect();
+            let name = format!("group-spill-{id}-{p}.arrow");
+            files
+                .store
+                .save_state(files.job, &name, &self.state_schema_of(&rows), &rows)?;
+            parts[p] = name;
+            if self.upper.is_row_wise() {
+                out.extend(self.finish(updated).await?);
+            }
+        }
+        state.spilled = vec![SpillRun {
+            files: parts.clone(),
+            first_end: i64::MAX,
+        }];
+        if !self.upper.is_row_wise() {
+            // The plan above needs every group's row: each part's, finished.
+            for file in &parts {
+                let held = files.store.load_state(files.job, file)?;
+                if held.iter().any(|b| b.num_rows() > 0) {
+                    out.extend(self.finish(held).await?);
+                }
+            }
+        }
+        self.upper.run(&self.task, out).await.map(Some)
+    }
+
+    /// The schema of state `rows`: theirs, or the state's when there are none.
+    fn state_schema_of(&self, rows: &[RecordBatch]) -> SchemaRef {
+        rows.first()
+            .map_or_else(|| self.state_schema(), RecordBatch::schema)
     }
 
     /// The rows of the windows the watermark closes (end + lateness <= `watermark`), taken
@@ -997,9 +1081,6 @@ impl StreamAggregate {
     /// state compacted and moved to disk (`files`), a run of files by the hash of each row's
     /// group, read again when its earliest window closes.
     pub async fn spill(&self, state: &mut AggregateState, files: &StateFiles<'_>) -> Result<()> {
-        let Some((_, state_end)) = self.windows else {
-            return Ok(());
-        };
         if state.bytes() <= self.budget {
             return Ok(());
         }
@@ -1007,6 +1088,9 @@ impl StreamAggregate {
         if state.bytes() <= self.budget / 2 {
             return Ok(());
         }
+        let Some((_, state_end)) = self.windows else {
+            return self.spill_groups(state, files);
+        };
         for batch in std::mem::take(&mut state.batches) {
             // When the run is read again: as its earliest window closes, or over sessions,
             // as the watermark passes its earliest start (a session closing then may extend
@@ -1038,6 +1122,38 @@ impl StreamAggregate {
                 first_end,
             });
         }
+        state.merged = 0;
+        Ok(())
+    }
+
+    /// For an aggregate without windows: its groups' state (compacted) moved to disk, into the
+    /// parts of the one run it keeps there (each part rewritten with its groups added).
+    fn spill_groups(&self, state: &mut AggregateState, files: &StateFiles<'_>) -> Result<()> {
+        let held = state.spilled.first().map(|run| run.files.clone());
+        let id = uuid::Uuid::new_v4().simple();
+        let mut parts = Vec::with_capacity(SPILL_PARTS);
+        let mut memory: Vec<Vec<RecordBatch>> = vec![Vec::new(); SPILL_PARTS];
+        for batch in std::mem::take(&mut state.batches) {
+            for (p, part) in self.partition(&batch)?.into_iter().enumerate() {
+                memory[p].push(part);
+            }
+        }
+        for (p, mut rows) in memory.into_iter().enumerate() {
+            // A group is in memory or on disk, never both: the parts take the memory's rows.
+            if let Some(file) = held.as_ref().and_then(|f| f.get(p)) {
+                rows.extend(files.store.load_state(files.job, file)?);
+            }
+            rows.retain(|b| b.num_rows() > 0);
+            let name = format!("group-spill-{id}-{p}.arrow");
+            files
+                .store
+                .save_state(files.job, &name, &self.state_schema_of(&rows), &rows)?;
+            parts.push(name);
+        }
+        state.spilled = vec![SpillRun {
+            files: parts,
+            first_end: i64::MAX,
+        }];
         state.merged = 0;
         Ok(())
     }

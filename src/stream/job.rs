@@ -554,7 +554,14 @@ impl<'a> Runner<'a> {
         else {
             return Ok(());
         };
-        match aggregate.emit_updates(state).await? {
+        let files = StateFiles {
+            store: &self.job.store,
+            job: &self.job.name,
+        };
+        let rows = aggregate.emit_updates(state, &files).await?;
+        // The groups' state past the memory budget goes to disk.
+        aggregate.spill(state, &files).await?;
+        match rows {
             Some(rows) => self.write_emitted(rows).await,
             None => Ok(()),
         }

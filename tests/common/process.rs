@@ -147,3 +147,71 @@ pub fn assert_same_with_checkpoints_and_kills(
     assert_eq!(read(killed.path()), expected, "killed and restarted");
     (frequent, killed)
 }
+
+/// The golden protocol's runs of `script(interval)` with `state.memory-budget` at `budget`,
+/// so that the state goes to disk: with a checkpoint every 100 ms (spill files must show up
+/// while it runs), and killed and restarted as [`kill_and_restart`]. Each must leave what `read`
+/// reads equal to `expected`; both folders are returned for further checks.
+#[allow(dead_code)]
+pub fn assert_same_spilled(
+    script: impl Fn(&str) -> String,
+    budget: &str,
+    max_ms: u64,
+    read: impl Fn(&Path) -> String,
+    expected: &str,
+) -> (tempfile::TempDir, tempfile::TempDir) {
+    let spilling = |interval: &str| {
+        format!(
+            "SET 'state.memory-budget' = '{budget}'; {}",
+            script(interval)
+        )
+    };
+    let spilled = tempfile::tempdir().unwrap();
+    let seen = spill_files_seen_while(spilled.path(), || {
+        run_script_to_end(spilled.path(), &spilling("100ms"))
+    });
+    assert!(seen, "the state went to disk");
+    assert_eq!(read(spilled.path()), expected, "state spilled to disk");
+    let killed = tempfile::tempdir().unwrap();
+    kill_and_restart(killed.path(), &spilling("100ms"), max_ms);
+    assert_eq!(
+        read(killed.path()),
+        expected,
+        "spilled, killed and restarted"
+    );
+    (spilled, killed)
+}
+
+#[allow(dead_code)]
+/// Whether a job's spilled state showed up in the state folders under `dir` while `run` ran.
+fn spill_files_seen_while(dir: &Path, run: impl FnOnce()) -> bool {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let watcher = scope.spawn(|| {
+            let spilled = || {
+                std::fs::read_dir(dir.join(".floe"))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .any(|job| {
+                        std::fs::read_dir(job.path())
+                            .into_iter()
+                            .flatten()
+                            .flatten()
+                            .any(|f| f.file_name().to_string_lossy().contains("-spill-"))
+                    })
+            };
+            while !done.load(Ordering::Relaxed) {
+                if spilled() {
+                    return true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            false
+        });
+        run();
+        done.store(true, Ordering::Relaxed);
+        watcher.join().unwrap()
+    })
+}
