@@ -6,8 +6,8 @@
 mod common;
 
 use common::process::{
-    assert_same_with_checkpoints_and_kills, floe_ok, kill_and_restart, query_csv,
-    run_script_to_end, start_script,
+    assert_same_spilled, assert_same_with_checkpoints_and_kills, floe_ok, kill_and_restart,
+    query_csv, run_script_to_end, start_script,
 };
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -216,6 +216,16 @@ fn a_join_of_two_streams_killed_and_restarted_gives_the_same_rows() {
     assert_eq!(expected, batch, "the job's rows are the batch query's");
 
     assert_same_with_checkpoints_and_kills(streams_script, 550, shipped, &expected);
+
+    // The kept rows beyond a small budget go to disk, each with its key's hash: the same
+    // rows, straight and killed and restarted.
+    let (spilled, _) = assert_same_spilled(streams_script, "16kb", 550, shipped, &expected);
+    let files = std::fs::read_dir(spilled.path().join(".floe/shipped"))
+        .unwrap()
+        .flatten()
+        .filter(|f| f.file_name().to_string_lossy().starts_with("join-spill-"))
+        .count();
+    assert!(files > 1, "the kept rows are on disk: {files} files");
 }
 
 /// Two order streams met within a time bound: `b` from 5 s before `a` to 2 s after, each
@@ -323,4 +333,6 @@ fn an_interval_join_killed_and_restarted_gives_the_same_rows_and_lets_old_rows_g
     );
 
     assert_same_with_checkpoints_and_kills(|i| interval_script(i, "8"), 550, met, &expected);
+    // Kept rows on disk are not let go, but the join's condition keeps them from joining.
+    assert_same_spilled(|i| interval_script(i, "8"), "16kb", 550, met, &expected);
 }

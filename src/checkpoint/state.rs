@@ -67,6 +67,10 @@ pub struct StateRecord {
     /// Open windows' state moved to disk beyond the job's memory budget.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub spilled: Vec<SpillRun>,
+    /// Per source a join between streams keeps the rows of, the files of those moved to disk
+    /// beyond the job's memory budget.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub joins_spilled: BTreeMap<String, Vec<String>>,
 }
 
 /// Open windows' partial aggregates a job moved to local disk beyond its memory budget (in

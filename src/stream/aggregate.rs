@@ -213,6 +213,14 @@ impl AggregateState {
             .map(RecordBatch::get_array_memory_size)
             .sum()
     }
+
+    /// The bytes of the partial state of the rows since the last update, in memory.
+    fn pending_bytes(&self) -> usize {
+        self.pending
+            .iter()
+            .map(RecordBatch::get_array_memory_size)
+            .sum()
+    }
 }
 
 fn rows_in(batches: &[RecordBatch]) -> usize {
@@ -237,7 +245,7 @@ pub struct StateFiles<'a> {
 const SPILL_PARTS: usize = 16;
 
 /// FNV-1a: a hash that is the same in every process, as a spilled run's files must be.
-fn stable_hash(bytes: &[u8]) -> u64 {
+pub(super) fn stable_hash(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     })
@@ -828,6 +836,14 @@ impl StreamAggregate {
     /// Whether the aggregate is over windows (else it updates its groups' rows).
     pub fn is_windowed(&self) -> bool {
         self.windows.is_some()
+    }
+
+    /// For an aggregate without windows: whether the rows since the last update hold more
+    /// state than the memory budget, so that the groups they touch are to be updated now rather
+    /// than at the checkpoint (their rows written twice in its interval, the later replacing
+    /// the earlier).
+    pub fn update_due(&self, state: &AggregateState) -> bool {
+        self.windows.is_none() && state.pending_bytes() > self.budget
     }
 
     /// Whether its windows are over processing time (they close as the clock passes them).

@@ -90,6 +90,7 @@ impl Runner<'_> {
                 .iter()
                 .chain(state.joins.values())
                 .chain(state.spilled.iter().flat_map(|run| &run.files))
+                .chain(state.joins_spilled.values().flatten())
                 .map(String::as_str)
                 .collect();
             self.job.store.prune_state(&self.job.name, &keep);
@@ -156,9 +157,10 @@ impl Runner<'_> {
                     continue;
                 };
                 let name = format!("join-{next}-{i}.arrow");
-                store.save_state(job, &name, &first.schema(), batches)?;
+                store.save_state(job, &name, &first.schema(), &batches)?;
                 record.joins.insert(source.clone(), name);
             }
+            record.joins_spilled = joins.spilled().clone();
         }
         record.watermarks = self
             .readers

@@ -524,6 +524,14 @@ impl<'a> Runner<'a> {
         let Some(aggregate) = self.job.query.aggregate() else {
             return Ok(());
         };
+        if self
+            .aggregate
+            .as_ref()
+            .is_some_and(|state| aggregate.update_due(state))
+        {
+            // An aggregate without windows whose new rows' state passed the budget.
+            return self.emit_updates().await;
+        }
         // Windows over processing time close as the clock passes them, all once every source
         // has ended.
         let watermark = match aggregate.is_processing_time() {
@@ -843,7 +851,13 @@ fn restore_state(
     let windowed = job.query.aggregate().is_some();
     let joins = job.query.joins_streams();
     let mut windows = windowed.then(AggregateState::default);
-    let mut kept = joins.then(JoinBuffers::default);
+    let mut kept = joins.then(|| {
+        JoinBuffers::new(
+            job.query.join_keys(),
+            job.query.state_budget(),
+            Some((job.store.clone(), job.name.clone())),
+        )
+    });
     let Some(offsets) = &start.sources else {
         return Ok((windows, kept));
     };
@@ -879,8 +893,18 @@ fn restore_state(
         );
     }
     if let Some(k) = &mut kept {
-        for (source, file) in &saved.joins {
-            k.restore(source, job.store.load_state(&job.name, file)?);
+        let sources: std::collections::BTreeSet<&String> = saved
+            .joins
+            .keys()
+            .chain(saved.joins_spilled.keys())
+            .collect();
+        for source in sources {
+            let batches = match saved.joins.get(source) {
+                Some(file) => job.store.load_state(&job.name, file)?,
+                None => Vec::new(),
+            };
+            let spilled = saved.joins_spilled.get(source).cloned().unwrap_or_default();
+            k.restore(source, batches, spilled)?;
         }
     }
     for ((name, _, _), tracker) in readers.iter().zip(watermarks.iter_mut()) {

@@ -32,7 +32,7 @@ use super::lookup::{Lookups, unsupported_join};
 use super::planner::{Planned, QueryPlanner, missing_column};
 use super::slot::{BatchSlot, INPUT_ROW, SlotTable};
 use super::source_table::SourceTable;
-use super::stream_join::{JoinBuffers, TimeBound};
+use super::stream_join::{JoinBuffers, JoinKeys, TimeBound};
 use crate::connector::SourceRef;
 use crate::error::{Error, ErrorKind, Reject, Result};
 
@@ -58,6 +58,8 @@ pub struct ContinuousQuery {
     joins_streams: bool,
     /// The time bound of its join between streams, when its condition sets one.
     time_bound: Option<TimeBound>,
+    /// The keys of its join between streams, when it joins two on equal keys.
+    join_keys: Option<Arc<JoinKeys>>,
 }
 
 /// Plans by source and batch schema, and the columns of those schemas in all.
@@ -204,6 +206,7 @@ impl ContinuousQuery {
             lookups: Lookups::new(refresh),
             joins_streams: false,
             time_bound: None,
+            join_keys: None,
         };
         let schemas = query
             .sources
@@ -216,6 +219,8 @@ impl ContinuousQuery {
         query.joins_streams = check_stream_joins(per_batch(&planned.plan), &query.sources)?;
         if query.joins_streams {
             query.time_bound = time_bound_of(per_batch(&planned.plan), &query.sources);
+            query.join_keys =
+                join_keys_of(per_batch(&planned.plan), &query.sources, &query.executor);
         }
         query.sources.retain(|n, _| planned.sources.contains(n));
         if query.sources.is_empty() {
@@ -318,10 +323,17 @@ impl ContinuousQuery {
                     show(b.upper)
                 ));
             }
-            (None, true) => out.push_str(
-                "JoinState: every row of each joined source, kept for the life of the job and \
-                 saved with each checkpoint; a batch joins the other sources' kept rows\n",
-            ),
+            (None, true) => out.push_str(match &self.join_keys {
+                Some(_) => {
+                    "JoinState: every row of each joined source, kept for the life of the job \
+                     (beyond state.memory-budget on local disk) and saved with each checkpoint; \
+                     a batch joins the other source's kept rows of its key hashes\n"
+                }
+                None => {
+                    "JoinState: every row of each joined source, kept for the life of the job \
+                     and saved with each checkpoint; a batch joins the other sources' kept rows\n"
+                }
+            }),
             (None, false) => {}
         }
         for name in self.lookups.names() {
@@ -352,6 +364,16 @@ impl ContinuousQuery {
     /// Whether the query joins streams (and [`Self::run`] needs the rows each delivered).
     pub fn joins_streams(&self) -> bool {
         self.joins_streams
+    }
+
+    /// The keys of its join between streams, when it joins two on equal keys.
+    pub fn join_keys(&self) -> Option<Arc<JoinKeys>> {
+        self.join_keys.clone()
+    }
+
+    /// The bytes of state (`state.memory-budget`) a stateful step holds in memory.
+    pub fn state_budget(&self) -> usize {
+        usize::try_from(floe_options(&self.executor).state_memory).unwrap_or(usize::MAX)
     }
 
     /// The query's aggregate, when it has one: [`Self::run`] gives its input rows.
@@ -509,13 +531,15 @@ impl ContinuousQuery {
         } else {
             batch
         };
-        slot.set(batch);
         let others = || self.sources.iter().filter(|(name, _)| *name != source);
         if let (true, Some(kept)) = (self.joins_streams, kept) {
+            // The other source's kept rows that may join the batch's (of its key hashes).
+            let probe = kept.probe(source, &batch)?;
             for (name, (_, other)) in others() {
-                other.set_all(kept.rows_of(name).to_vec());
+                other.set_all(kept.candidates(name, probe.as_ref())?);
             }
         }
+        slot.set(batch);
         let schema = exec.schema();
         let out = collect(exec, self.task.clone()).await;
         slot.clear();
@@ -709,34 +733,133 @@ fn time_bound_of(
     sources: &BTreeMap<String, (SourceRef, Arc<BatchSlot>)>,
 ) -> Option<TimeBound> {
     use super::lookup::reads_source;
-    // The one source a side reads, with its schema.
-    let side_source = |side: &LogicalPlan| {
-        let mut found = Vec::new();
-        let _ = side.apply(|node| {
-            if let LogicalPlan::TableScan(scan) = node
-                && let Ok(p) = datafusion::datasource::source_as_provider(&scan.source)
-                && let Some(t) = p.as_any().downcast_ref::<SlotTable>()
-                && let Some((name, (def, _))) =
-                    sources.iter().find(|(_, (_, s))| Arc::ptr_eq(s, t.slot()))
-            {
-                found.push((name.clone(), def.schema.clone()));
-            }
-            Ok(TreeNodeRecursion::Continue)
-        });
-        (found.len() == 1).then(|| found.remove(0))
-    };
+    let source_of =
+        |side: &LogicalPlan| side_source(side, sources).map(|(name, schema, _)| (name, schema));
     let mut bound = None;
     let _ = plan.apply(|node| {
         if let LogicalPlan::Join(j) = node
             && reads_source(&j.left)
             && reads_source(&j.right)
         {
-            bound = TimeBound::of(j, side_source);
+            bound = TimeBound::of(j, source_of);
             return Ok(TreeNodeRecursion::Stop);
         }
         Ok(TreeNodeRecursion::Continue)
     });
     bound
+}
+
+/// The one source `side` (of a join between streams) reads: its name, schema, and the name
+/// its scan gives its columns.
+fn side_source(
+    side: &LogicalPlan,
+    sources: &BTreeMap<String, (SourceRef, Arc<BatchSlot>)>,
+) -> Option<(String, SchemaRef, datafusion::common::TableReference)> {
+    let mut found = Vec::new();
+    let _ = side.apply(|node| {
+        if let LogicalPlan::TableScan(scan) = node
+            && let Ok(p) = datafusion::datasource::source_as_provider(&scan.source)
+            && let Some(t) = p.as_any().downcast_ref::<SlotTable>()
+            && let Some((name, (def, _))) =
+                sources.iter().find(|(_, (_, s))| Arc::ptr_eq(s, t.slot()))
+        {
+            found.push((name.clone(), def.schema.clone(), scan.table_name.clone()));
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    (found.len() == 1).then(|| found.remove(0))
+}
+
+/// The keys of the join between two streams in `plan` (the per-batch part of a query), when
+/// it joins them on equal keys that are expressions of each source's own columns: each side's
+/// key expressions over its source's rows, of the types the join compares them as.
+fn join_keys_of(
+    plan: &LogicalPlan,
+    sources: &BTreeMap<String, (SourceRef, Arc<BatchSlot>)>,
+    state: &SessionState,
+) -> Option<Arc<JoinKeys>> {
+    use super::lookup::reads_source;
+    use datafusion::logical_expr::ExprSchemable;
+    // Types coerced, as the join compares its keys.
+    let plan = state
+        .analyzer()
+        .execute_and_check(plan.clone(), state.config_options(), |_, _| {})
+        .ok()?;
+    let mut joins = Vec::new();
+    let _ = plan.apply(|node| {
+        if let LogicalPlan::Join(j) = node
+            && reads_source(&j.left)
+            && reads_source(&j.right)
+        {
+            joins.push(j.clone());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    let [join] = joins.as_slice() else {
+        return None;
+    };
+    let left = side_source(&join.left, sources)?;
+    let right = side_source(&join.right, sources)?;
+    if left.0 == right.0 {
+        return None;
+    }
+    // The equal keys: the join's own, and the equalities of its condition between a side's
+    // expression and the other's (SQL's ON is planned as a condition).
+    let within = |side: &LogicalPlan, e: &Expr| {
+        let refs = e.column_refs();
+        !refs.is_empty() && refs.iter().all(|c| side.schema().has_column(c))
+    };
+    let mut pairs = join.on.clone();
+    if let Some(filter) = &join.filter {
+        for e in datafusion::logical_expr::utils::split_conjunction(filter) {
+            if let Expr::BinaryExpr(b) = e
+                && b.op == datafusion::logical_expr::Operator::Eq
+            {
+                let (l, r) = (b.left.as_ref(), b.right.as_ref());
+                if within(&join.left, l) && within(&join.right, r) {
+                    pairs.push((l.clone(), r.clone()));
+                } else if within(&join.left, r) && within(&join.right, l) {
+                    pairs.push((r.clone(), l.clone()));
+                }
+            }
+        }
+    }
+    if pairs.is_empty() {
+        return None;
+    }
+    let mut by_source: BTreeMap<String, Vec<_>> = BTreeMap::new();
+    let mut types = Vec::new();
+    for (l, r) in &pairs {
+        let t = l.get_type(join.left.schema()).ok()?;
+        if r.get_type(join.right.schema()).ok()? != t {
+            return None;
+        }
+        types.push(t);
+        for (side, e, (name, schema, scan)) in [(&join.left, l, &left), (&join.right, r, &right)] {
+            let e = crate::sql::windows::origin(side, e.clone());
+            // Only the source's own columns, as its scan names them.
+            if e.column_refs().iter().any(|c| {
+                c.relation.as_ref() != Some(scan) || schema.field_with_name(&c.name).is_err()
+            }) {
+                return None;
+            }
+            let e = e
+                .transform(|e| match e {
+                    Expr::Column(c) => Ok(Transformed::yes(Expr::Column(Column::new_unqualified(
+                        c.name,
+                    )))),
+                    e => Ok(Transformed::no(e)),
+                })
+                .ok()?
+                .data;
+            let df = datafusion::common::DFSchema::try_from(schema.as_ref().clone()).ok()?;
+            let physical =
+                datafusion::physical_expr::create_physical_expr(&e, &df, state.execution_props())
+                    .ok()?;
+            by_source.entry(name.clone()).or_default().push(physical);
+        }
+    }
+    Some(Arc::new(JoinKeys::new(by_source, types)))
 }
 
 /// Whether `plan` has a join in it.

@@ -12,65 +12,337 @@
 //! offsets from the same checkpoint) makes the same pairs. The rows are kept for the life of
 //! the job and saved with each checkpoint.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
-use datafusion::arrow::array::{AsArray, BooleanArray, Int64Array, RecordBatch};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, UInt64Array,
+};
 use datafusion::arrow::compute::{cast, concat_batches, filter_record_batch};
-use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampMicrosecondType};
+use datafusion::arrow::datatypes::{
+    DataType, Field, Schema, SchemaRef, TimeUnit, TimestampMicrosecondType,
+};
+use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::{Column, ScalarValue};
 use datafusion::logical_expr::{Expr, Operator};
+use datafusion::physical_plan::PhysicalExpr;
 
+use crate::checkpoint::StateStore;
 use crate::error::{Error, Result};
 
 /// Batches kept per source before they are joined into one.
 const MERGE_AFTER: usize = 64;
 
-/// The rows each joined source has delivered.
-#[derive(Debug, Default, Clone)]
+/// The column a spilled run's files add to the kept rows: each row's key hash.
+const KEY_HASH: &str = "__floe_key_hash";
+
+/// For a join of two streams on equal keys: each source's side of the keys, as expressions
+/// over the source's own rows, of the types the join compares them as. A batch's key hashes
+/// pick the kept rows of the other source that may join it (equal keys hash the same), so the
+/// join runs on those rather than on every row kept.
+#[derive(Debug)]
+pub struct JoinKeys {
+    by_source: BTreeMap<String, Vec<Arc<dyn PhysicalExpr>>>,
+    types: Vec<DataType>,
+}
+
+impl JoinKeys {
+    /// Keys from each source's expressions (in the order of the join's pairs) and the types
+    /// the pairs are compared as.
+    pub fn new(
+        by_source: BTreeMap<String, Vec<Arc<dyn PhysicalExpr>>>,
+        types: Vec<DataType>,
+    ) -> Self {
+        Self { by_source, types }
+    }
+
+    /// The hash of each row's key, from `source`'s `batch` (NULL where a part of it is NULL:
+    /// such a row joins nothing); `None` when the source has no key.
+    pub fn hashes(&self, source: &str, batch: &RecordBatch) -> Result<Option<UInt64Array>> {
+        let Some(exprs) = self.by_source.get(source) else {
+            return Ok(None);
+        };
+        let fail = |e: String| Error::Internal(format!("the join key of {source}: {e}"));
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(exprs.len());
+        for (e, t) in exprs.iter().zip(&self.types) {
+            let array = e
+                .evaluate(batch)
+                .and_then(|v| v.into_array(batch.num_rows()))
+                .map_err(|e| fail(e.to_string()))?;
+            columns.push(cast(&array, t).map_err(|e| fail(e.to_string()))?);
+        }
+        let converter = RowConverter::new(
+            self.types
+                .iter()
+                .map(|t| SortField::new(t.clone()))
+                .collect(),
+        )
+        .map_err(|e| fail(e.to_string()))?;
+        let rows = converter
+            .convert_columns(&columns)
+            .map_err(|e| fail(e.to_string()))?;
+        let nulls = columns.iter().fold(
+            None,
+            |acc: Option<datafusion::arrow::buffer::NullBuffer>, c| {
+                datafusion::arrow::buffer::NullBuffer::union(
+                    acc.as_ref(),
+                    c.logical_nulls().as_ref(),
+                )
+            },
+        );
+        let hashes: UInt64Array = (0..batch.num_rows())
+            .map(|i| {
+                let null = nulls.as_ref().is_some_and(|n| n.is_null(i));
+                (!null).then(|| super::aggregate::stable_hash(rows.row(i).as_ref()))
+            })
+            .collect();
+        Ok(Some(hashes))
+    }
+}
+
+/// Rows a source delivered, with their key hashes when the join has keys.
+#[derive(Debug, Clone)]
+struct Kept {
+    rows: RecordBatch,
+    hashes: Option<UInt64Array>,
+}
+
+/// The rows each joined source has delivered: in memory, and beyond the memory budget in
+/// files of the job's state folder (runs), each row with its key hash.
+#[derive(Debug, Clone)]
 pub struct JoinBuffers {
-    by_source: BTreeMap<String, Vec<RecordBatch>>,
+    by_source: BTreeMap<String, Vec<Kept>>,
+    spilled: BTreeMap<String, Vec<String>>,
+    keys: Option<Arc<JoinKeys>>,
+    budget: usize,
+    files: Option<(StateStore, String)>,
+}
+
+impl Default for JoinBuffers {
+    fn default() -> Self {
+        Self::new(None, usize::MAX, None)
+    }
 }
 
 impl JoinBuffers {
-    /// The rows `source` has delivered.
-    pub fn rows_of(&self, source: &str) -> &[RecordBatch] {
-        self.by_source.get(source).map_or(&[], Vec::as_slice)
+    /// Buffers for a join on `keys` (when it has equal keys), holding `budget` bytes of rows in
+    /// memory and the rest in `files` (a job's state store and name); without keys or files,
+    /// all in memory.
+    pub fn new(
+        keys: Option<Arc<JoinKeys>>,
+        budget: usize,
+        files: Option<(StateStore, String)>,
+    ) -> Self {
+        Self {
+            by_source: BTreeMap::new(),
+            spilled: BTreeMap::new(),
+            keys,
+            budget,
+            files,
+        }
     }
 
-    /// Keep `batch`, delivered by `source` and joined.
+    /// The rows `source` has delivered that are held in memory.
+    pub fn rows_of(&self, source: &str) -> Vec<RecordBatch> {
+        self.by_source
+            .get(source)
+            .map(|k| k.iter().map(|k| k.rows.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// The key hashes of `source`'s `batch`, which pick the rows of the other sources it may
+    /// join; `None` when the join has no keys (it may join any).
+    pub fn probe(&self, source: &str, batch: &RecordBatch) -> Result<Option<HashSet<u64>>> {
+        let Some(keys) = &self.keys else {
+            return Ok(None);
+        };
+        Ok(keys
+            .hashes(source, batch)?
+            .map(|h| h.iter().flatten().collect()))
+    }
+
+    /// The rows `source` has delivered (in memory and on disk) that may join rows of the key
+    /// hashes `probe` (all of them without one).
+    pub fn candidates(
+        &self,
+        source: &str,
+        probe: Option<&HashSet<u64>>,
+    ) -> Result<Vec<RecordBatch>> {
+        let pick = |rows: &RecordBatch, hashes: &UInt64Array| -> Result<Option<RecordBatch>> {
+            let mask: BooleanArray = hashes
+                .iter()
+                .map(|h| Some(h.is_some_and(|h| probe.is_none_or(|p| p.contains(&h)))))
+                .collect();
+            Ok(match mask.true_count() {
+                0 => None,
+                n if n == rows.num_rows() => Some(rows.clone()),
+                _ => Some(
+                    filter_record_batch(rows, &mask)
+                        .map_err(|e| Error::Internal(format!("picking joined rows: {e}")))?,
+                ),
+            })
+        };
+        let mut out = Vec::new();
+        for kept in self.by_source.get(source).into_iter().flatten() {
+            match (&kept.hashes, probe) {
+                (Some(h), Some(_)) => out.extend(pick(&kept.rows, h)?),
+                _ => out.push(kept.rows.clone()),
+            }
+        }
+        if let (Some(runs), Some((store, job))) = (self.spilled.get(source), &self.files) {
+            for run in runs {
+                for batch in store.load_state(job, run)? {
+                    let last = batch.num_columns() - 1;
+                    let hashes = batch
+                        .column(last)
+                        .as_primitive::<datafusion::arrow::datatypes::UInt64Type>()
+                        .clone();
+                    let rows = batch
+                        .project(&(0..last).collect::<Vec<_>>())
+                        .map_err(|e| Error::Internal(format!("reading joined rows: {e}")))?;
+                    out.extend(pick(&rows, &hashes)?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Keep `batch`, delivered by `source` and joined. Past the memory budget, the rows in
+    /// memory go to disk.
     pub fn keep(&mut self, source: &str, batch: RecordBatch) -> Result<()> {
         if batch.num_rows() == 0 {
             return Ok(());
         }
+        let hashes = match &self.keys {
+            Some(keys) => keys.hashes(source, &batch)?,
+            None => None,
+        };
         let kept = self.by_source.entry(source.to_string()).or_default();
-        kept.push(batch);
+        kept.push(Kept {
+            rows: batch,
+            hashes,
+        });
         if kept.len() > MERGE_AFTER {
-            let schema = kept[0].schema();
-            let one = concat_batches(&schema, kept.iter())
-                .map_err(|e| Error::Internal(format!("keeping {source}'s rows: {e}")))?;
-            *kept = vec![one];
+            *kept = vec![merged(source, kept)?];
+        }
+        if self.bytes() > self.budget {
+            self.spill()?;
         }
         Ok(())
     }
 
-    /// Every source's kept rows, by source.
-    pub fn sources(&self) -> impl Iterator<Item = (&String, &Vec<RecordBatch>)> {
-        self.by_source.iter()
+    /// The bytes of the rows held in memory.
+    fn bytes(&self) -> usize {
+        self.by_source
+            .values()
+            .flatten()
+            .map(|k| k.rows.get_array_memory_size())
+            .sum()
     }
 
-    /// Kept rows restored from a checkpoint.
-    pub fn restore(&mut self, source: &str, batches: Vec<RecordBatch>) {
-        self.by_source.insert(source.to_string(), batches);
+    /// Move the rows in memory to disk: a file per source, its rows with their key hashes
+    /// (only a join on keys spills: without them each batch reads every row kept).
+    fn spill(&mut self) -> Result<()> {
+        let (Some(_), Some((store, job))) = (&self.keys, &self.files) else {
+            return Ok(());
+        };
+        for (source, kept) in std::mem::take(&mut self.by_source) {
+            if kept.is_empty() {
+                continue;
+            }
+            let one = merged(&source, &kept)?;
+            let Some(hashes) = one.hashes else {
+                self.by_source.insert(
+                    source,
+                    vec![Kept {
+                        rows: one.rows,
+                        hashes: None,
+                    }],
+                );
+                continue;
+            };
+            let mut fields: Vec<Arc<Field>> = one.rows.schema().fields().iter().cloned().collect();
+            fields.push(Arc::new(Field::new(KEY_HASH, DataType::UInt64, true)));
+            let schema = Arc::new(Schema::new(fields));
+            let mut columns = one.rows.columns().to_vec();
+            columns.push(Arc::new(hashes));
+            let batch = RecordBatch::try_new(schema.clone(), columns)
+                .map_err(|e| Error::Internal(format!("spilling joined rows: {e}")))?;
+            let name = format!("join-spill-{}.arrow", uuid::Uuid::new_v4().simple());
+            store.save_state(job, &name, &schema, std::slice::from_ref(&batch))?;
+            self.spilled.entry(source).or_default().push(name);
+        }
+        Ok(())
     }
 
-    /// The rows kept in all.
+    /// Every source's rows kept in memory, by source.
+    pub fn sources(&self) -> impl Iterator<Item = (&String, Vec<RecordBatch>)> {
+        self.by_source
+            .iter()
+            .map(|(s, k)| (s, k.iter().map(|k| k.rows.clone()).collect()))
+    }
+
+    /// Every source's files of rows on disk, by source.
+    pub fn spilled(&self) -> &BTreeMap<String, Vec<String>> {
+        &self.spilled
+    }
+
+    /// Kept rows restored from a checkpoint: those that were in memory, and the files of
+    /// those on disk.
+    pub fn restore(
+        &mut self,
+        source: &str,
+        batches: Vec<RecordBatch>,
+        spilled: Vec<String>,
+    ) -> Result<()> {
+        let mut kept = Vec::with_capacity(batches.len());
+        for rows in batches {
+            let hashes = match &self.keys {
+                Some(keys) => keys.hashes(source, &rows)?,
+                None => None,
+            };
+            kept.push(Kept { rows, hashes });
+        }
+        self.by_source.insert(source.to_string(), kept);
+        if !spilled.is_empty() {
+            self.spilled.insert(source.to_string(), spilled);
+        }
+        Ok(())
+    }
+
+    /// The rows kept in memory in all.
     pub fn rows(&self) -> usize {
         self.by_source
             .values()
             .flatten()
-            .map(RecordBatch::num_rows)
+            .map(|k| k.rows.num_rows())
             .sum()
     }
+}
+
+/// `kept` (rows of `source`) as one batch, with their hashes.
+fn merged(source: &str, kept: &[Kept]) -> Result<Kept> {
+    let fail = |e: datafusion::arrow::error::ArrowError| {
+        Error::Internal(format!("keeping {source}'s rows: {e}"))
+    };
+    let schema = kept[0].rows.schema();
+    let rows = concat_batches(&schema, kept.iter().map(|k| &k.rows)).map_err(fail)?;
+    let hashes = match kept
+        .iter()
+        .map(|k| k.hashes.as_ref())
+        .collect::<Option<Vec<_>>>()
+    {
+        Some(h) => {
+            let arrays: Vec<&dyn Array> = h.iter().map(|a| *a as &dyn Array).collect();
+            let one = datafusion::arrow::compute::concat(&arrays).map_err(fail)?;
+            Some(
+                one.as_primitive::<datafusion::arrow::datatypes::UInt64Type>()
+                    .clone(),
+            )
+        }
+        None => None,
+    };
+    Ok(Kept { rows, hashes })
 }
 
 /// The time bound of a join between two streams, from its condition: `lower <= left - right
@@ -208,25 +480,35 @@ fn interval_micros(e: &Expr) -> Option<i64> {
 }
 
 impl JoinBuffers {
-    /// Let go of `source`'s kept rows whose `column` is before `before` (microseconds).
+    /// Let go of `source`'s kept rows in memory whose `column` is before `before`
+    /// (microseconds). Rows on disk stay until the job ends: the join's own condition keeps
+    /// them from joining.
     pub fn expire(&mut self, source: &str, column: &str, before: i64) -> Result<()> {
         let Some(kept) = self.by_source.get_mut(source) else {
             return Ok(());
         };
         let mut left = Vec::with_capacity(kept.len());
-        for batch in kept.drain(..) {
-            let times = micros(&batch, column)?;
+        for k in kept.drain(..) {
+            let times = micros(&k.rows, column)?;
             let keep: BooleanArray = times
                 .iter()
                 .map(|t| Some(t.is_none_or(|t| t >= before)))
                 .collect();
-            if keep.true_count() == batch.num_rows() {
-                left.push(batch);
+            if keep.true_count() == k.rows.num_rows() {
+                left.push(k);
             } else if keep.true_count() > 0 {
-                left.push(
-                    filter_record_batch(&batch, &keep)
-                        .map_err(|e| Error::Internal(format!("letting rows go: {e}")))?,
-                );
+                let fail = |e| Error::Internal(format!("letting rows go: {e}"));
+                let rows = filter_record_batch(&k.rows, &keep).map_err(fail)?;
+                let hashes = match &k.hashes {
+                    Some(h) => Some(
+                        datafusion::arrow::compute::filter(h, &keep)
+                            .map_err(fail)?
+                            .as_primitive::<datafusion::arrow::datatypes::UInt64Type>()
+                            .clone(),
+                    ),
+                    None => None,
+                };
+                left.push(Kept { rows, hashes });
             }
         }
         *kept = left;
