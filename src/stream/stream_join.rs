@@ -100,11 +100,103 @@ impl JoinKeys {
     }
 }
 
-/// Rows a source delivered, with their key hashes when the join has keys.
+/// Key hashes, hashed again as themselves (they are well mixed already).
+#[derive(Default)]
+pub struct AsItself(u64);
+
+impl std::hash::Hasher for AsItself {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8) | u64::from(*b);
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+/// A set of key hashes.
+pub type Hashes = HashSet<u64, std::hash::BuildHasherDefault<AsItself>>;
+
+/// Rows a source delivered, with their key hashes when the join has keys, and the rows in
+/// the order of their hashes (to find a hash's rows by binary search).
 #[derive(Debug, Clone)]
 struct Kept {
     rows: RecordBatch,
     hashes: Option<UInt64Array>,
+    by_hash: Vec<(u64, u32)>,
+}
+
+impl Kept {
+    fn new(rows: RecordBatch, hashes: Option<UInt64Array>) -> Self {
+        let mut by_hash: Vec<(u64, u32)> = hashes
+            .iter()
+            .flat_map(|h| h.iter().enumerate())
+            .filter_map(|(i, h)| Some((h?, i as u32)))
+            .collect();
+        by_hash.sort_unstable();
+        Self {
+            rows,
+            hashes,
+            by_hash,
+        }
+    }
+
+    /// The rows of hashes in `probe`: found by binary search when the probe is small against
+    /// the rows, else by a pass over every row's hash.
+    fn pick(&self, probe: &Hashes) -> Result<Option<RecordBatch>> {
+        let Some(hashes) = &self.hashes else {
+            return Ok(Some(self.rows.clone()));
+        };
+        let n = self.rows.num_rows();
+        let log = (usize::BITS - n.leading_zeros()) as usize;
+        if probe.len() * log >= n {
+            return pick(&self.rows, hashes, Some(probe));
+        }
+        let mut rows: Vec<u32> = Vec::new();
+        for h in probe {
+            let from = self.by_hash.partition_point(|(x, _)| x < h);
+            rows.extend(
+                self.by_hash[from..]
+                    .iter()
+                    .take_while(|(x, _)| x == h)
+                    .map(|(_, r)| *r),
+            );
+        }
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        rows.sort_unstable();
+        let indices = datafusion::arrow::array::UInt32Array::from(rows);
+        datafusion::arrow::compute::take_record_batch(&self.rows, &indices)
+            .map(Some)
+            .map_err(|e| Error::Internal(format!("picking joined rows: {e}")))
+    }
+}
+
+/// The rows of `rows` whose hash is in `probe` (all with a hash without one).
+fn pick(
+    rows: &RecordBatch,
+    hashes: &UInt64Array,
+    probe: Option<&Hashes>,
+) -> Result<Option<RecordBatch>> {
+    let mask: BooleanArray = hashes
+        .iter()
+        .map(|h| Some(h.is_some_and(|h| probe.is_none_or(|p| p.contains(&h)))))
+        .collect();
+    Ok(match mask.true_count() {
+        0 => None,
+        n if n == rows.num_rows() => Some(rows.clone()),
+        _ => Some(
+            filter_record_batch(rows, &mask)
+                .map_err(|e| Error::Internal(format!("picking joined rows: {e}")))?,
+        ),
+    })
 }
 
 /// The rows each joined source has delivered: in memory, and beyond the memory budget in
@@ -152,7 +244,7 @@ impl JoinBuffers {
 
     /// The key hashes of `source`'s `batch`, which pick the rows of the other sources it may
     /// join; `None` when the join has no keys (it may join any).
-    pub fn probe(&self, source: &str, batch: &RecordBatch) -> Result<Option<HashSet<u64>>> {
+    pub fn probe(&self, source: &str, batch: &RecordBatch) -> Result<Option<Hashes>> {
         let Some(keys) = &self.keys else {
             return Ok(None);
         };
@@ -163,30 +255,12 @@ impl JoinBuffers {
 
     /// The rows `source` has delivered (in memory and on disk) that may join rows of the key
     /// hashes `probe` (all of them without one).
-    pub fn candidates(
-        &self,
-        source: &str,
-        probe: Option<&HashSet<u64>>,
-    ) -> Result<Vec<RecordBatch>> {
-        let pick = |rows: &RecordBatch, hashes: &UInt64Array| -> Result<Option<RecordBatch>> {
-            let mask: BooleanArray = hashes
-                .iter()
-                .map(|h| Some(h.is_some_and(|h| probe.is_none_or(|p| p.contains(&h)))))
-                .collect();
-            Ok(match mask.true_count() {
-                0 => None,
-                n if n == rows.num_rows() => Some(rows.clone()),
-                _ => Some(
-                    filter_record_batch(rows, &mask)
-                        .map_err(|e| Error::Internal(format!("picking joined rows: {e}")))?,
-                ),
-            })
-        };
+    pub fn candidates(&self, source: &str, probe: Option<&Hashes>) -> Result<Vec<RecordBatch>> {
         let mut out = Vec::new();
         for kept in self.by_source.get(source).into_iter().flatten() {
-            match (&kept.hashes, probe) {
-                (Some(h), Some(_)) => out.extend(pick(&kept.rows, h)?),
-                _ => out.push(kept.rows.clone()),
+            match probe {
+                Some(p) => out.extend(kept.pick(p)?),
+                None => out.push(kept.rows.clone()),
             }
         }
         if let (Some(runs), Some((store, job))) = (self.spilled.get(source), &self.files) {
@@ -200,7 +274,7 @@ impl JoinBuffers {
                     let rows = batch
                         .project(&(0..last).collect::<Vec<_>>())
                         .map_err(|e| Error::Internal(format!("reading joined rows: {e}")))?;
-                    out.extend(pick(&rows, &hashes)?);
+                    out.extend(pick(&rows, &hashes, probe)?);
                 }
             }
         }
@@ -218,10 +292,7 @@ impl JoinBuffers {
             None => None,
         };
         let kept = self.by_source.entry(source.to_string()).or_default();
-        kept.push(Kept {
-            rows: batch,
-            hashes,
-        });
+        kept.push(Kept::new(batch, hashes));
         if kept.len() > MERGE_AFTER {
             *kept = vec![merged(source, kept)?];
         }
@@ -252,13 +323,8 @@ impl JoinBuffers {
             }
             let one = merged(&source, &kept)?;
             let Some(hashes) = one.hashes else {
-                self.by_source.insert(
-                    source,
-                    vec![Kept {
-                        rows: one.rows,
-                        hashes: None,
-                    }],
-                );
+                self.by_source
+                    .insert(source, vec![Kept::new(one.rows, None)]);
                 continue;
             };
             let mut fields: Vec<Arc<Field>> = one.rows.schema().fields().iter().cloned().collect();
@@ -301,7 +367,7 @@ impl JoinBuffers {
                 Some(keys) => keys.hashes(source, &rows)?,
                 None => None,
             };
-            kept.push(Kept { rows, hashes });
+            kept.push(Kept::new(rows, hashes));
         }
         self.by_source.insert(source.to_string(), kept);
         if !spilled.is_empty() {
@@ -342,7 +408,7 @@ fn merged(source: &str, kept: &[Kept]) -> Result<Kept> {
         }
         None => None,
     };
-    Ok(Kept { rows, hashes })
+    Ok(Kept::new(rows, hashes))
 }
 
 /// The time bound of a join between two streams, from its condition: `lower <= left - right
@@ -508,7 +574,7 @@ impl JoinBuffers {
                     ),
                     None => None,
                 };
-                left.push(Kept { rows, hashes });
+                left.push(Kept::new(rows, hashes));
             }
         }
         *kept = left;
