@@ -151,7 +151,7 @@ fn main() {
                 .collect();
             let reads = |stream: &str| {
                 words.windows(2).any(|w| {
-                    ["from", "join", "tumble", "hop", "cumulate"].contains(&w[0].as_str())
+                    ["from", "join", "tumble", "hop", "cumulate", "session"].contains(&w[0].as_str())
                         && w[1] == stream
                 })
             };

@@ -134,12 +134,19 @@ struct Kept {
 
 impl Kept {
     fn new(rows: RecordBatch, hashes: Option<UInt64Array>) -> Self {
-        let mut by_hash: Vec<(u64, u32)> = hashes
-            .iter()
-            .flat_map(|h| h.iter().enumerate())
-            .filter_map(|(i, h)| Some((h?, i as u32)))
-            .collect();
-        by_hash.sort_unstable();
+        let by_hash = hashes.iter().flat_map(|h| h.iter().enumerate());
+        let by_hash = by_hash.filter_map(|(i, h)| Some((h?, i as u32))).collect();
+        Self::sorted(rows, hashes, by_hash)
+    }
+
+    /// Rows with `by_hash` (pairs of hash and row) sorted by hash: a sort that merges the
+    /// sorted runs it finds, as merged batches' pairs are.
+    fn sorted(
+        rows: RecordBatch,
+        hashes: Option<UInt64Array>,
+        mut by_hash: Vec<(u64, u32)>,
+    ) -> Self {
+        by_hash.sort();
         Self {
             rows,
             hashes,
@@ -154,6 +161,10 @@ impl Kept {
             return Ok(Some(self.rows.clone()));
         };
         let n = self.rows.num_rows();
+        if n <= 8 * probe.len() {
+            // Few rows against the batch: the join's own hash table picks them as cheaply.
+            return Ok(Some(self.rows.clone()));
+        }
         let log = (usize::BITS - n.leading_zeros()) as usize;
         if probe.len() * log >= n {
             return pick(&self.rows, hashes, Some(probe));
@@ -408,7 +419,14 @@ fn merged(source: &str, kept: &[Kept]) -> Result<Kept> {
         }
         None => None,
     };
-    Ok(Kept::new(rows, hashes))
+    // Each part's pairs are sorted already: offset, they are runs the sort merges.
+    let mut by_hash = Vec::with_capacity(kept.iter().map(|k| k.by_hash.len()).sum());
+    let mut offset = 0u32;
+    for k in kept {
+        by_hash.extend(k.by_hash.iter().map(|(h, r)| (*h, r + offset)));
+        offset += k.rows.num_rows() as u32;
+    }
+    Ok(Kept::sorted(rows, hashes, by_hash))
 }
 
 /// The time bound of a join between two streams, from its condition: `lower <= left - right
