@@ -320,6 +320,15 @@ impl StateStore {
 
     /// Part of a stateful job's state as saved by [`Self::save_state`].
     pub fn load_state(&self, job: &str, file: &str) -> Result<Vec<RecordBatch>> {
+        self.read_state(job, file)?.collect()
+    }
+
+    /// The batches of a state file, read one at a time.
+    pub fn read_state(
+        &self,
+        job: &str,
+        file: &str,
+    ) -> Result<impl Iterator<Item = Result<RecordBatch>> + use<>> {
         let path = self.dir.join(folder(job)).join(file);
         let f = std::fs::File::open(&path).map_err(|e| {
             Error::Plan(format!(
@@ -330,11 +339,9 @@ impl StateStore {
         })?;
         let reader = FileReader::try_new(f, None)
             .map_err(|e| Error::Internal(format!("window state {}: {e}", path.display())))?;
-        reader
-            .map(|b| {
-                b.map_err(|e| Error::Internal(format!("window state {}: {e}", path.display())))
-            })
-            .collect()
+        Ok(reader.map(move |b| {
+            b.map_err(|e| Error::Internal(format!("window state {}: {e}", path.display())))
+        }))
     }
 
     /// Remove a stateful job's state files other than `keep` (older checkpoints').

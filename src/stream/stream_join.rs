@@ -33,6 +33,9 @@ use crate::error::{Error, Result};
 /// Batches kept per source before they are joined into one.
 const MERGE_AFTER: usize = 64;
 
+/// Rows in a block of a spilled run's file.
+const SPILL_BLOCK: usize = 8192;
+
 /// The column a spilled run's files add to the kept rows: each row's key hash.
 const KEY_HASH: &str = "__floe_key_hash";
 
@@ -216,6 +219,9 @@ fn pick(
 pub struct JoinBuffers {
     by_source: BTreeMap<String, Vec<Kept>>,
     spilled: BTreeMap<String, Vec<String>>,
+    /// The latest time in a run's file, by run and time column, once read (`None` when a row
+    /// has none): the run is let go once an interval join's bound passes it.
+    run_latest: BTreeMap<(String, String), Option<i64>>,
     keys: Option<Arc<JoinKeys>>,
     budget: usize,
     files: Option<(StateStore, String)>,
@@ -239,6 +245,7 @@ impl JoinBuffers {
         Self {
             by_source: BTreeMap::new(),
             spilled: BTreeMap::new(),
+            run_latest: BTreeMap::new(),
             keys,
             budget,
             files,
@@ -276,7 +283,9 @@ impl JoinBuffers {
         }
         if let (Some(runs), Some((store, job))) = (self.spilled.get(source), &self.files) {
             for run in runs {
-                for batch in store.load_state(job, run)? {
+                // A block at a time: memory holds one, and the rows it picks.
+                for batch in store.read_state(job, run)? {
+                    let batch = batch?;
                     let last = batch.num_columns() - 1;
                     let hashes = batch
                         .column(last)
@@ -346,7 +355,12 @@ impl JoinBuffers {
             let batch = RecordBatch::try_new(schema.clone(), columns)
                 .map_err(|e| Error::Internal(format!("spilling joined rows: {e}")))?;
             let name = format!("join-spill-{}.arrow", uuid::Uuid::new_v4().simple());
-            store.save_state(job, &name, &schema, std::slice::from_ref(&batch))?;
+            // In blocks, read back one at a time.
+            let blocks: Vec<RecordBatch> = (0..batch.num_rows())
+                .step_by(SPILL_BLOCK)
+                .map(|at| batch.slice(at, SPILL_BLOCK.min(batch.num_rows() - at)))
+                .collect();
+            store.save_state(job, &name, &schema, &blocks)?;
             self.spilled.entry(source).or_default().push(name);
         }
         Ok(())
@@ -564,10 +578,11 @@ fn interval_micros(e: &Expr) -> Option<i64> {
 }
 
 impl JoinBuffers {
-    /// Let go of `source`'s kept rows in memory whose `column` is before `before`
-    /// (microseconds). Rows on disk stay until the job ends: the join's own condition keeps
-    /// them from joining.
+    /// Let go of `source`'s kept rows whose `column` is before `before` (microseconds): in
+    /// memory each such row, on disk each file whose rows all are (a file with later rows stays;
+    /// the join's own condition keeps its earlier rows from joining).
     pub fn expire(&mut self, source: &str, column: &str, before: i64) -> Result<()> {
+        self.expire_runs(source, column, before)?;
         let Some(kept) = self.by_source.get_mut(source) else {
             return Ok(());
         };
@@ -600,6 +615,44 @@ impl JoinBuffers {
     }
 }
 
+impl JoinBuffers {
+    /// Drop `source`'s files on disk whose rows' `column` is all before `before`.
+    fn expire_runs(&mut self, source: &str, column: &str, before: i64) -> Result<()> {
+        let (Some(runs), Some((store, job))) = (self.spilled.get_mut(source), &self.files) else {
+            return Ok(());
+        };
+        let mut left = Vec::with_capacity(runs.len());
+        for run in runs.drain(..) {
+            let key = (run.clone(), column.to_string());
+            let latest = match self.run_latest.get(&key) {
+                Some(l) => *l,
+                None => {
+                    let mut latest = Some(i64::MIN);
+                    for batch in store.read_state(job, &run)? {
+                        let times = micros(&batch?, column)?;
+                        latest = match times.null_count() {
+                            0 => latest.max(datafusion::arrow::compute::max(&times)),
+                            _ => None,
+                        };
+                        if latest.is_none() {
+                            break;
+                        }
+                    }
+                    self.run_latest.insert(key.clone(), latest);
+                    latest
+                }
+            };
+            if latest.is_some_and(|l| l < before) {
+                self.run_latest.remove(&key);
+            } else {
+                left.push(run);
+            }
+        }
+        *runs = left;
+        Ok(())
+    }
+}
+
 /// A batch's timestamp `column` in microseconds since the epoch.
 pub fn micros(batch: &RecordBatch, column: &str) -> Result<Int64Array> {
     let c = batch
@@ -613,4 +666,102 @@ pub fn micros(batch: &RecordBatch, column: &str) -> Result<Int64Array> {
     Ok(us
         .as_primitive::<TimestampMicrosecondType>()
         .reinterpret_cast())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Int64Array, TimestampMicrosecondArray};
+    use datafusion::physical_expr::expressions::Column as ColumnExpr;
+
+    /// Rows `(id, ts)` of source `s`, its key `id`.
+    fn rows(ids: std::ops::Range<i64>, ts: i64) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, None), true),
+        ]));
+        let n = (ids.end - ids.start) as usize;
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from_iter_values(ids)),
+                Arc::new(TimestampMicrosecondArray::from(vec![ts; n])),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn buffers(dir: &std::path::Path, budget: usize) -> JoinBuffers {
+        let key: Arc<dyn PhysicalExpr> = Arc::new(ColumnExpr::new("id", 0));
+        let keys = JoinKeys::new(
+            BTreeMap::from([
+                ("s".to_string(), vec![key.clone()]),
+                ("t".to_string(), vec![key]),
+            ]),
+            vec![DataType::Int64],
+        );
+        JoinBuffers::new(
+            Some(Arc::new(keys)),
+            budget,
+            Some((StateStore::new(dir), "job".to_string())),
+        )
+    }
+
+    fn ids(batches: &[RecordBatch]) -> Vec<i64> {
+        let mut out: Vec<i64> = batches
+            .iter()
+            .flat_map(|b| {
+                b.column(0)
+                    .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    #[test]
+    fn kept_rows_are_picked_by_key_in_memory_and_on_disk_and_files_go_past_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut kept = buffers(dir.path(), 1);
+        // Each batch goes to disk (the budget is a byte), the last one stays in memory.
+        kept.keep("s", rows(0..1000, 10)).unwrap();
+        kept.keep("s", rows(1000..2000, 20)).unwrap();
+        assert_eq!(kept.spilled().get("s").map(Vec::len), Some(2));
+        kept.budget = usize::MAX;
+        kept.keep("s", rows(2000..3000, 30)).unwrap();
+        assert_eq!(kept.rows(), 1000, "the last batch in memory");
+
+        let probe = kept
+            .probe("t", &rows(0..1, 0).slice(0, 1))
+            .unwrap()
+            .unwrap();
+        assert_eq!(ids(&kept.candidates("s", Some(&probe)).unwrap()), vec![0]);
+        let mut wanted = rows(990..1010, 0);
+        wanted = datafusion::arrow::compute::concat_batches(
+            &wanted.schema(),
+            &[wanted.clone(), rows(2995..3005, 0)],
+        )
+        .unwrap();
+        let probe = kept.probe("t", &wanted).unwrap().unwrap();
+        let found = ids(&kept.candidates("s", Some(&probe)).unwrap());
+        let expected: Vec<i64> = (990..1010).chain(2995..3000).collect();
+        assert_eq!(
+            found, expected,
+            "rows of the probe's keys, from disk and memory"
+        );
+        assert_eq!(ids(&kept.candidates("s", None).unwrap()).len(), 3000);
+
+        // The first file's rows are all before 15: it goes; the second's are not.
+        kept.expire("s", "ts", 15).unwrap();
+        assert_eq!(kept.spilled().get("s").map(Vec::len), Some(1));
+        assert_eq!(ids(&kept.candidates("s", None).unwrap()).len(), 2000);
+        kept.expire("s", "ts", 25).unwrap();
+        assert_eq!(kept.spilled().get("s").map(Vec::len), Some(0));
+        assert_eq!(
+            ids(&kept.candidates("s", None).unwrap()),
+            (2000..3000).collect::<Vec<_>>()
+        );
+    }
 }
