@@ -7,7 +7,7 @@ mod common;
 
 use common::process::{
     assert_same_spilled, assert_same_with_checkpoints_and_kills, floe_ok, kill_and_restart,
-    query_csv, run_script_to_end, start_script,
+    query_csv, run_script_to_end, start_script, state_files,
 };
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -220,11 +220,7 @@ fn a_join_of_two_streams_killed_and_restarted_gives_the_same_rows() {
     // The kept rows beyond a small budget go to disk, each with its key's hash: the same
     // rows, straight and killed and restarted.
     let (spilled, _) = assert_same_spilled(streams_script, "16kb", 550, shipped, &expected);
-    let files = std::fs::read_dir(spilled.path().join(".floe/shipped"))
-        .unwrap()
-        .flatten()
-        .filter(|f| f.file_name().to_string_lossy().starts_with("join-spill-"))
-        .count();
+    let files = state_files(spilled.path(), "shipped", "join-spill-");
     assert!(files > 1, "the kept rows are on disk: {files} files");
 }
 

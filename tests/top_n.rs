@@ -8,6 +8,7 @@ mod common;
 
 use common::process::{
     assert_same_spilled, assert_same_with_checkpoints_and_kills, query_csv, run_script_to_end,
+    state_files,
 };
 use std::path::Path;
 
@@ -163,11 +164,7 @@ fn top_n_killed_and_restarted_leaves_the_same_rows_as_a_batch_query() {
     // Each partition's top rows beyond a small budget go to disk (windows' and groups'
     // alike): the same rows, straight and killed and restarted.
     let (spilled, _) = assert_same_spilled(script, "8kb", 600, tables, &expected);
-    let spilled_parts = std::fs::read_dir(spilled.path().join(".floe/first-orders"))
-        .unwrap()
-        .flatten()
-        .filter(|f| f.file_name().to_string_lossy().starts_with("group-spill-"))
-        .count();
+    let spilled_parts = state_files(spilled.path(), "first-orders", "group-spill-");
     assert_eq!(
         spilled_parts, 16,
         "the deduplication's state is on disk, in its parts"

@@ -272,6 +272,15 @@ fn interval(micros: i64) -> Expr {
     )))
 }
 
+/// Every column of `plan`'s rows, as expressions.
+fn columns_of(plan: &LogicalPlan) -> Vec<Expr> {
+    plan.schema()
+        .columns()
+        .into_iter()
+        .map(Expr::Column)
+        .collect()
+}
+
 /// How rows spread over windows.
 #[derive(Debug, Clone, Copy)]
 enum Spread {
@@ -285,12 +294,7 @@ enum Spread {
 /// `input` with `window_start` and `window_end` after its columns: one row per window holding
 /// `time` (microseconds; windows aligned to the epoch plus `offset`).
 fn windowed(input: LogicalPlan, time: Expr, spread: Spread, offset: i64) -> DFResult<LogicalPlan> {
-    let columns: Vec<Expr> = input
-        .schema()
-        .columns()
-        .into_iter()
-        .map(Expr::Column)
-        .collect();
+    let columns = columns_of(&input);
     // The latest window start at or before `time`: the bin of `time - offset`, shifted back.
     let bin = |every: i64| {
         let shifted = if offset == 0 {
@@ -358,12 +362,7 @@ fn windowed(input: LogicalPlan, time: Expr, spread: Spread, offset: i64) -> DFRe
 /// `input` with each row's own session window after its columns: `window_start` its time,
 /// `window_end` `gap` later, marked as a session's (the aggregate over them merges them).
 fn sessions(input: LogicalPlan, time: Expr, gap: i64) -> DFResult<LogicalPlan> {
-    let mut out: Vec<Expr> = input
-        .schema()
-        .columns()
-        .into_iter()
-        .map(Expr::Column)
-        .collect();
+    let mut out = columns_of(&input);
     out.push(time.clone().alias(WINDOW_START));
     let end =
         ScalarUDF::new_from_impl(SessionEnd::default()).call(vec![time + interval(gap), lit(gap)]);
@@ -629,13 +628,6 @@ fn merged_sessions(
     let window = |f: Arc<datafusion::logical_expr::AggregateUDF>, arg: Expr| {
         Expr::from(WindowFunction::new(f, vec![arg]))
     };
-    let columns = |plan: &LogicalPlan| -> Vec<Expr> {
-        plan.schema()
-            .columns()
-            .into_iter()
-            .map(Expr::Column)
-            .collect()
-    };
     let previous = datafusion::functions_window::expr_fn::lag(end.clone(), Some(1), None)
         .partition_by(keys.clone())
         .order_by(by_start.clone())
@@ -651,7 +643,7 @@ fn merged_sessions(
         lit(1i64),
     )
     .otherwise(lit(0i64))?;
-    let mut with_starts = columns(&plan);
+    let mut with_starts = columns_of(&plan);
     with_starts.push(starts.alias(STARTS));
     let running = WindowFrame::new_bounds(
         WindowFrameUnits::Rows,

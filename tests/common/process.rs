@@ -148,6 +148,16 @@ pub fn assert_same_with_checkpoints_and_kills(
     (frequent, killed)
 }
 
+/// How many files named `prefix...` job `job`'s state folder under `dir` holds.
+#[allow(dead_code)]
+pub fn state_files(dir: &Path, job: &str, prefix: &str) -> usize {
+    std::fs::read_dir(dir.join(".floe").join(job))
+        .unwrap()
+        .flatten()
+        .filter(|f| f.file_name().to_string_lossy().starts_with(prefix))
+        .count()
+}
+
 /// The golden protocol's runs of `script(interval)` with `state.memory-budget` at `budget`,
 /// so that the state goes to disk: with a checkpoint every 100 ms (spill files must show up
 /// while it runs), and killed and restarted as [`kill_and_restart`]. Each must leave what `read`
