@@ -48,6 +48,10 @@ pub struct FloeOptions {
     /// an aggregate without windows) a continuous job holds in memory; beyond it the state
     /// goes to local disk (`state.dir`).
     pub state_memory: u64,
+    /// `state.lake-copy`: a stateful job copies its state at each checkpoint beside the tables
+    /// it writes (named by the checkpoint's commits), so that a lost `state.dir` loses none of
+    /// it.
+    pub state_lake_copy: bool,
 }
 
 impl Default for FloeOptions {
@@ -62,6 +66,7 @@ impl Default for FloeOptions {
             idle_timeout: None,
             lookup_refresh: Duration::from_secs(60),
             state_memory: 256 << 20,
+            state_lake_copy: true,
         }
     }
 }
@@ -74,6 +79,18 @@ const ALLOWED_LATENESS: &str = "window.allowed-lateness";
 const IDLE_TIMEOUT: &str = "source.idle-timeout";
 const LOOKUP_REFRESH: &str = "lookup.refresh-interval";
 const STATE_MEMORY: &str = "state.memory-budget";
+const STATE_LAKE_COPY: &str = "state.lake-copy";
+
+/// A `true`/`false` setting's value.
+fn parse_bool(key: &str, value: &str) -> DFResult<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(DataFusionError::Configuration(format!(
+            "floe.{key} must be 'true' or 'false', got '{value}'"
+        ))),
+    }
+}
 
 fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
@@ -132,17 +149,8 @@ impl ExtensionOptions for FloeOptions {
                 }
                 self.state_dir = value.to_string();
             }
-            DML_SYNC => {
-                self.dml_sync = match value.to_ascii_lowercase().as_str() {
-                    "true" => true,
-                    "false" => false,
-                    _ => {
-                        return Err(DataFusionError::Configuration(format!(
-                            "floe.{DML_SYNC} must be 'true' or 'false', got '{value}'"
-                        )));
-                    }
-                };
-            }
+            DML_SYNC => self.dml_sync = parse_bool(DML_SYNC, value)?,
+            STATE_LAKE_COPY => self.state_lake_copy = parse_bool(STATE_LAKE_COPY, value)?,
             ALLOWED_LATENESS => {
                 self.allowed_lateness = parse_duration(value).map_err(|e| {
                     DataFusionError::Configuration(format!("floe.{ALLOWED_LATENESS}: {e}"))
@@ -178,7 +186,7 @@ impl ExtensionOptions for FloeOptions {
                     "unknown setting 'floe.{other}'; floe's settings are floe.{PIPELINE_NAME}, \
                      floe.{CHECKPOINT_INTERVAL}, floe.{STATE_DIR}, floe.{DML_SYNC}, \
                      floe.{ALLOWED_LATENESS}, floe.{IDLE_TIMEOUT}, floe.{LOOKUP_REFRESH}, \
-                     floe.{STATE_MEMORY} and floe.{MAINTENANCE_PREFIX}*"
+                     floe.{STATE_MEMORY}, floe.{STATE_LAKE_COPY} and floe.{MAINTENANCE_PREFIX}*"
                 )));
             }
         }
@@ -228,6 +236,12 @@ impl ExtensionOptions for FloeOptions {
                 Some(format_size(self.state_memory)),
                 "Bytes of open windows' state a continuous job holds in memory; beyond them, \
                  on local disk.",
+            ),
+            entry(
+                STATE_LAKE_COPY,
+                Some(self.state_lake_copy.to_string()),
+                "Whether a stateful job copies its state beside its tables at each checkpoint, \
+                 so that a lost state.dir loses none of it.",
             ),
             entry(
                 IDLE_TIMEOUT,

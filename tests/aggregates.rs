@@ -6,8 +6,8 @@
 mod common;
 
 use common::process::{
-    assert_same_spilled, assert_same_with_checkpoints_and_kills, query_csv, run_script_to_end,
-    start_script,
+    assert_same_spilled, assert_same_with_checkpoints_and_kills, floe,
+    kill_losing_state_and_restart, query_csv, run_script_to_end, start_script,
 };
 use std::path::Path;
 
@@ -151,6 +151,105 @@ fn windows_killed_and_restarted_are_emitted_once_with_the_same_rows() {
     // killed and restarted.
     let (_, killed) = assert_same_spilled(|i| script(i, "2"), "16kb", 700, tables, &expected);
     assert_each_window_once(killed.path());
+
+    // The state folder lost at every kill (an ephemeral disk): each job resumes from the copy
+    // of its checkpoint record and state (spilled files too) that its tables' last commit
+    // names: the same windows and the same dead letters.
+    let lost = tempfile::tempdir().unwrap();
+    let spilled = format!(
+        "SET 'state.memory-budget' = '16kb'; {}",
+        script("100ms", "2")
+    );
+    kill_losing_state_and_restart(lost.path(), &spilled, 700);
+    assert_eq!(
+        tables(lost.path()),
+        expected,
+        "state folder lost at every kill"
+    );
+    assert_each_window_once(lost.path());
+    // The copies of the state beside the tables: the last checkpoint's, and those of runs
+    // killed before their first commit.
+    for job in ["per-minute", "five-minutes", "running", "visits"] {
+        let copies = state_copies(lost.path(), job, "record-");
+        let tree = std::process::Command::new("find")
+            .arg(lost.path().join("lake/warehouse/shop/.floe-state"))
+            .output()
+            .unwrap();
+        assert!(
+            (1..=6).contains(&copies),
+            "{job}: {copies} states: {}",
+            String::from_utf8_lossy(&tree.stdout)
+        );
+    }
+}
+
+/// How many files named `prefix...` the copies of job `job`'s state beside the shop's tables
+/// hold (a folder per run of the job).
+fn state_copies(dir: &Path, job: &str, prefix: &str) -> usize {
+    let folder = dir.join("lake/warehouse/shop/.floe-state").join(job);
+    std::fs::read_dir(&folder)
+        .unwrap_or_else(|e| panic!("{}: {e}", folder.display()))
+        .flatten()
+        .flat_map(|run| std::fs::read_dir(run.path()).unwrap().flatten())
+        .filter(|f| f.file_name().to_string_lossy().starts_with(prefix))
+        .count()
+}
+
+#[test]
+fn a_job_whose_state_folder_is_lost_resumes_from_the_copy_beside_its_tables_or_refuses() {
+    let job = |copy: bool| {
+        format!(
+            "SET 'state.lake-copy' = '{copy}'; {CATALOG};
+             CREATE SCHEMA IF NOT EXISTS lake.shop;
+             CREATE TABLE IF NOT EXISTS lake.shop.per_minute (window_start TIMESTAMP,
+               window_end TIMESTAMP, region STRING, orders BIGINT, customers BIGINT,
+               cents BIGINT, top DOUBLE);
+             {}; SET 'checkpoint.interval' = '100ms'; SET 'pipeline.name' = 'per-minute';
+             INSERT INTO lake.shop.per_minute {TUMBLE};",
+            source("10")
+        )
+    };
+    let rows = |dir: &Path| {
+        query_csv(
+            dir,
+            CATALOG,
+            "SELECT count(*), count(DISTINCT CAST(window_start AS STRING) || region)
+             FROM lake.shop.per_minute",
+        )
+    };
+    let run = |dir: &Path, script: &str| {
+        std::fs::write(dir.join("job.sql"), script).unwrap();
+        floe()
+            .current_dir(dir)
+            .args(["-q", "-f", "job.sql"])
+            .output()
+            .unwrap()
+    };
+    for copy in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        run_script_to_end(dir.path(), &job(copy));
+        let before = rows(dir.path());
+        std::fs::remove_dir_all(dir.path().join(".floe")).unwrap();
+        let again = run(dir.path(), &job(copy));
+        let stderr = String::from_utf8_lossy(&again.stderr);
+        if copy {
+            assert!(again.status.success(), "{stderr}");
+            assert_eq!(state_copies(dir.path(), "per-minute", "record-"), 1);
+        } else {
+            assert!(
+                !again.status.success(),
+                "resumed without its state: {stderr}"
+            );
+            assert!(
+                stderr.contains(
+                    "job 'per-minute' keeps state (open windows), and its checkpoint \
+                                 record with that state is missing"
+                ) && stderr.contains("state.lake-copy"),
+                "{stderr}"
+            );
+        }
+        assert_eq!(rows(dir.path()), before, "the same windows, each once");
+    }
 }
 
 #[test]
@@ -548,4 +647,44 @@ fn processing_time_windows_close_on_the_clock_without_more_records() {
         ["k0,167", "k1,167", "k2,166"],
         "every record's window emitted while the job ran on, without more records"
     );
+}
+
+/// A windowed job routing each region's windows to a table of its own, with its state folder
+/// lost at every kill: a checkpoint whose commits a kill interrupted is finished from the copy
+/// of its record beside the tables (only that record named the tables it had not reached yet).
+#[test]
+fn a_routed_job_losing_its_state_folder_at_every_kill_writes_each_window_once() {
+    let script = |interval: &str| {
+        format!(
+            "{CATALOG}; {};
+             SET 'checkpoint.interval' = '{interval}'; SET 'pipeline.name' = 'by-region';
+             INSERT INTO lake.by_region
+             SELECT window_start, window_end, region, count(*) AS orders,
+                    sum(quantity) AS items
+             FROM TUMBLE(gen, order_time, INTERVAL '1' MINUTE)
+             GROUP BY window_start, window_end, region ROUTE BY region;",
+            source("10")
+        )
+    };
+    let read = |dir: &Path| {
+        let regions = ["ap", "eu", "sa", "us"].map(|r| {
+            format!(
+                "SELECT '{r}' AS region, count(*) AS windows,
+                        count(DISTINCT window_start) AS starts, sum(orders) AS orders,
+                        sum(items) AS items FROM lake.by_region.{r}"
+            )
+        });
+        query_csv(
+            dir,
+            CATALOG,
+            &format!("{} ORDER BY 1", regions.join(" UNION ALL ")),
+        )
+    };
+    let straight = tempfile::tempdir().unwrap();
+    run_script_to_end(straight.path(), &script("1h"));
+    let expected = read(straight.path());
+    assert!(expected.contains("ap,401,401,"), "{expected}");
+    let lost = tempfile::tempdir().unwrap();
+    kill_losing_state_and_restart(lost.path(), &script("100ms"), 900);
+    assert_eq!(read(lost.path()), expected);
 }

@@ -7,7 +7,7 @@ mod common;
 
 use common::process::{
     assert_same_spilled, assert_same_with_checkpoints_and_kills, floe_ok, kill_and_restart,
-    query_csv, run_script_to_end, start_script, state_files,
+    kill_losing_state_and_restart, query_csv, run_script_to_end, start_script, state_files,
 };
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -222,6 +222,20 @@ fn a_join_of_two_streams_killed_and_restarted_gives_the_same_rows() {
     let (spilled, _) = assert_same_spilled(streams_script, "16kb", 550, shipped, &expected);
     let files = state_files(spilled.path(), "shipped", "join-spill-");
     assert!(files > 1, "the kept rows are on disk: {files} files");
+
+    // The state folder lost at every kill: the kept rows (on disk too) come back from the
+    // copy beside the table its last commit names.
+    let lost = tempfile::tempdir().unwrap();
+    let spilling = format!(
+        "SET 'state.memory-budget' = '16kb'; {}",
+        streams_script("100ms")
+    );
+    kill_losing_state_and_restart(lost.path(), &spilling, 550);
+    assert_eq!(
+        shipped(lost.path()),
+        expected,
+        "state folder lost at every kill"
+    );
 }
 
 /// Two order streams met within a time bound: `b` from 5 s before `a` to 2 s after, each

@@ -41,6 +41,9 @@ pub const SUMMARY_UNKNOWN_DELETES: &str = "floe.deletes-of-unknown-keys";
 pub const SUMMARY_KEY_INDEX: &str = "floe.key-index";
 /// Summary key: the source offsets (JSON, per source name) the job resumes from after it.
 pub const SUMMARY_OFFSETS: &str = "floe.offsets";
+/// Summary key: where the checkpoint's record is copied beside the tables (its URI, see
+/// [`super::lake_copy`]).
+pub const SUMMARY_COPY: &str = "floe.copy";
 
 /// The table property that holds the last checkpoint of `job` committed to a table.
 pub fn checkpoint_property(job: &str) -> String {
@@ -50,6 +53,11 @@ pub fn checkpoint_property(job: &str) -> String {
 /// The table property that holds the offsets of that checkpoint.
 pub fn offsets_property(job: &str) -> String {
     format!("{SUMMARY_OFFSETS}.{job}")
+}
+
+/// The table property that holds where that checkpoint's record is copied (empty: nowhere).
+pub fn copy_property(job: &str) -> String {
+    format!("{SUMMARY_COPY}.{job}")
 }
 
 /// What a committed checkpoint leaves in a table: whose it is, which, and where its job
@@ -63,6 +71,9 @@ pub struct Mark {
     pub offsets: Option<BTreeMap<String, Offsets>>,
     /// When it was committed (ms since the epoch; 0 when only the properties tell).
     pub time_ms: i64,
+    /// A stateful job's: where the checkpoint's record (with the state after it) is copied
+    /// beside the tables (its URI; empty when it is not). `None` for a job without state.
+    pub copy: Option<String>,
 }
 
 impl Mark {
@@ -73,6 +84,7 @@ impl Mark {
             checkpoint,
             offsets: None,
             time_ms: 0,
+            copy: None,
         }
     }
 
@@ -83,7 +95,16 @@ impl Mark {
             checkpoint: record.checkpoint,
             offsets: Some(record.sources.clone()),
             time_ms: record.time_ms,
+            copy: record
+                .state
+                .as_ref()
+                .map(|s| super::lake_copy::record_uri(record.checkpoint, s)),
         }
+    }
+
+    /// Where the checkpoint's record is copied, when it is.
+    pub fn record_copy(&self) -> Option<&str> {
+        self.copy.as_deref().filter(|s| !s.is_empty())
     }
 
     /// The latest mark of `job` in `table`, if any: in the snapshots that carry one, or in
@@ -100,6 +121,7 @@ impl Mark {
                 checkpoint,
                 offsets: offsets(md.properties().get(&offsets_property(job))),
                 time_ms: 0,
+                copy: md.properties().get(&copy_property(job)).cloned(),
             });
         let in_snapshots = md
             .snapshots()
@@ -113,6 +135,7 @@ impl Mark {
                     checkpoint: summary.get(SUMMARY_CHECKPOINT)?.parse().ok()?,
                     offsets: offsets(summary.get(SUMMARY_OFFSETS)),
                     time_ms: s.timestamp_ms(),
+                    copy: summary.get(SUMMARY_COPY).cloned(),
                 })
             })
             .max_by_key(|m| m.checkpoint);
@@ -138,6 +161,10 @@ impl Mark {
             self.offsets_json()
                 .map(|o| (SUMMARY_OFFSETS.to_string(), o)),
         );
+        summary.extend(
+            self.record_copy()
+                .map(|s| (SUMMARY_COPY.to_string(), s.to_string())),
+        );
         summary
     }
 
@@ -148,6 +175,13 @@ impl Mark {
         properties.extend(
             self.offsets_json()
                 .map(|o| (offsets_property(&self.job), o)),
+        );
+        // Set when the job keeps state, even to nothing: an earlier checkpoint's copy is not
+        // this one's.
+        properties.extend(
+            self.copy
+                .as_ref()
+                .map(|s| (copy_property(&self.job), s.clone())),
         );
         properties
     }
@@ -368,6 +402,7 @@ async fn leave_out(
         checkpoint: mark.checkpoint,
         offsets: None,
         time_ms: mark.time_ms,
+        copy: None,
     };
     let letters: Vec<DeadLetter> = rows
         .iter()

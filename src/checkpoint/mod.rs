@@ -11,14 +11,17 @@
 //! A crash between any two steps loses nothing and duplicates nothing: files written after
 //! the last record are never committed (orphans), commits of the last record are redone only
 //! where missing, and sources resume from the recorded offsets. A lost record loses only the
-//! commits it alone named: those of a checkpoint interrupted by the same crash.
+//! commits it alone named: those of a checkpoint interrupted by the same crash; a stateful
+//! job's record is copied beside its tables ([`lake_copy`]), so not even those.
 
 pub mod commit;
+pub mod lake_copy;
 pub mod resume;
 pub mod rewrite;
 pub mod state;
 
 pub use commit::{Mark, commit_all, commit_once, committed_checkpoint};
+pub use lake_copy::LakeCopy;
 pub use resume::{Resume, TableMarks, resume};
 pub use state::{
     CheckpointRecord, DeadLetterTarget, FileGroup, JobLock, PendingCommit, SpillRun, StateRecord,

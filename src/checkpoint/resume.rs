@@ -18,6 +18,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
+use iceberg::io::FileIO;
+use iceberg::table::Table;
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 
 use super::commit::Mark;
@@ -43,6 +45,11 @@ pub struct TableMarks {
     pub destination: Option<Mark>,
     /// The highest checkpoint of the job in any table it writes.
     pub highest: u64,
+    /// The latest checkpoint whose record a mark names a copy of (in any table the job
+    /// writes), and the copy's URI (see [`super::lake_copy`]).
+    pub copy: Option<(u64, String)>,
+    /// How to read the copy: the file IO of the table whose mark names it.
+    pub io: Option<FileIO>,
 }
 
 impl TableMarks {
@@ -58,6 +65,20 @@ impl TableMarks {
         {
             self.destination = Some(mark);
         }
+    }
+
+    /// Take the mark of `job` in `table`, which the job writes; `destination` when the job
+    /// resumes from it.
+    pub fn add_table(&mut self, table: &Table, job: &str, destination: bool) {
+        let mark = Mark::read(table, job);
+        if let Some(m) = &mark
+            && let Some(uri) = m.record_copy()
+            && self.copy.as_ref().is_none_or(|(c, _)| m.checkpoint > *c)
+        {
+            self.copy = Some((m.checkpoint, uri.to_string()));
+            self.io = Some(table.file_io().clone());
+        }
+        self.add(mark, destination);
     }
 }
 
@@ -123,23 +144,24 @@ pub async fn marks_in(
         Err(e) => return Err(e.into()),
     };
     let mut loads = futures::stream::iter(tables)
-        .map(|ident| async move { mark_of(catalog, &ident, job).await })
+        .map(|ident| async move { load_if_there(catalog, &ident).await })
         .buffer_unordered(PARALLEL_LOADS);
     let mut marks = TableMarks::default();
-    while let Some(mark) = loads.next().await {
-        marks.add(mark?, true);
+    while let Some(table) = loads.next().await {
+        if let Some(table) = table? {
+            marks.add_table(&table, job, true);
+        }
     }
     Ok(marks)
 }
 
-/// The mark of `job` in table `ident`, if the table exists and has one.
-pub async fn mark_of(
+/// Table `ident`, unless it (or its namespace) does not exist.
+pub async fn load_if_there(
     catalog: &Arc<dyn Catalog>,
     ident: &TableIdent,
-    job: &str,
-) -> Result<Option<Mark>> {
+) -> Result<Option<Table>> {
     match catalog.load_table(ident).await {
-        Ok(table) => Ok(Mark::read(&table, job)),
+        Ok(table) => Ok(Some(table)),
         Err(e)
             if matches!(
                 e.kind(),
@@ -179,6 +201,7 @@ mod tests {
             checkpoint,
             offsets: with_offsets.then(|| offsets(checkpoint * 10)),
             time_ms: 9,
+            copy: None,
         }
     }
 

@@ -5,7 +5,11 @@
 //! <state.dir>/<job>/lock                 held (flock) by the process running the job
 //! <state.dir>/<job>/window-<n>.arrow     a windowed job's open windows at checkpoint n
 //! <state.dir>/<job>/join-<n>-<i>.arrow   a stream join's rows of its i-th source then
+//! <state.dir>/<job>/*-spill-*.arrow      state beyond the memory budget (named by the record)
 //! ```
+//!
+//! A stateful job's record and state files are also copied beside its tables
+//! ([`super::lake_copy`]).
 //!
 //! A record is written to a temporary file, synced, and renamed over the previous one, so a
 //! crash leaves either the old record or the new one, never a torn one. A job's folder is
@@ -71,6 +75,21 @@ pub struct StateRecord {
     /// beyond the job's memory budget.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub joins_spilled: BTreeMap<String, Vec<String>>,
+    /// Where the files are copied beside the job's tables (a folder's URI), when they are:
+    /// the checkpoint's commits name the copy (see [`super::lake_copy`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lake_copy: Option<String>,
+}
+
+impl StateRecord {
+    /// The files it names, each once.
+    pub fn files(&self) -> impl Iterator<Item = &String> {
+        self.windows
+            .iter()
+            .chain(self.joins.values())
+            .chain(self.spilled.iter().flat_map(|run| &run.files))
+            .chain(self.joins_spilled.values().flatten())
+    }
 }
 
 /// Open windows' partial aggregates a job moved to local disk beyond its memory budget (in
@@ -292,29 +311,39 @@ impl StateStore {
         schema: &SchemaRef,
         batches: &[RecordBatch],
     ) -> Result<()> {
+        let file = self.create_state(job, name)?;
+        let path = file.path.clone();
+        let mut w = FileWriter::try_new(file, schema)
+            .map_err(|e| Error::Internal(format!("writing {}: {e}", path.display())))?;
+        for b in batches {
+            w.write(b)
+                .map_err(|e| Error::Internal(format!("writing {}: {e}", path.display())))?;
+        }
+        w.finish()
+            .map_err(|e| Error::Internal(format!("writing {}: {e}", path.display())))?;
+        w.into_inner()
+            .map_err(|e| Error::Internal(format!("writing {}: {e}", path.display())))?
+            .finish()
+    }
+
+    /// Where file `name` of a stateful job's state is.
+    pub fn state_path(&self, job: &str, name: &str) -> PathBuf {
+        self.dir.join(folder(job)).join(name)
+    }
+
+    /// A new file `name` of a stateful job's state, in place (durably) once finished.
+    pub fn create_state(&self, job: &str, name: &str) -> Result<StateFile> {
         let dir = self.dir.join(folder(job));
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         let path = dir.join(name);
         let tmp = dir.join(format!("{name}.tmp"));
-        let write = || -> std::result::Result<(), String> {
-            let file = std::fs::File::create(&tmp).map_err(|e| e.to_string())?;
-            let mut w = FileWriter::try_new(file, schema).map_err(|e| e.to_string())?;
-            for b in batches {
-                w.write(b).map_err(|e| e.to_string())?;
-            }
-            w.finish().map_err(|e| e.to_string())?;
-            w.get_ref().sync_all().map_err(|e| e.to_string())?;
-            std::fs::rename(&tmp, &path).map_err(|e| e.to_string())?;
-            std::fs::File::open(&dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| e.to_string())
-        };
-        write().map_err(|e| {
-            Error::io(
-                format!("writing {}", path.display()),
-                std::io::Error::other(e),
-            )
+        let file = std::fs::create_dir_all(&dir)
+            .and_then(|_| std::fs::File::create(&tmp))
+            .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+        Ok(StateFile {
+            file,
+            tmp,
+            path,
+            dir,
         })
     }
 
@@ -360,6 +389,38 @@ impl StateStore {
     }
 }
 
+/// A state file being written (see [`StateStore::create_state`]): under a temporary name
+/// until [`StateFile::finish`] syncs it and renames it into place.
+#[derive(Debug)]
+pub struct StateFile {
+    file: std::fs::File,
+    tmp: PathBuf,
+    path: PathBuf,
+    dir: PathBuf,
+}
+
+impl StateFile {
+    /// Sync the file and name it (durably).
+    pub fn finish(self) -> Result<()> {
+        let done = self
+            .file
+            .sync_all()
+            .and_then(|_| std::fs::rename(&self.tmp, &self.path))
+            .and_then(|_| std::fs::File::open(&self.dir)?.sync_all());
+        done.map_err(|e| Error::io(format!("writing {}", self.path.display()), e))
+    }
+}
+
+impl Write for StateFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.file.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
 /// A running job's hold on its state folder (see [`StateStore::lock`]); released on drop.
 #[derive(Debug)]
 pub struct JobLock {
@@ -368,7 +429,7 @@ pub struct JobLock {
 
 /// A job name as a folder name: bytes outside `[A-Za-z0-9_.-]` as `%XX`, so that distinct
 /// names have distinct folders; `.` and `..` (and the empty name) are encoded whole.
-fn folder(job: &str) -> String {
+pub(super) fn folder(job: &str) -> String {
     let safe = |b: u8| b.is_ascii_alphanumeric() || b"-_.".contains(&b);
     let special = matches!(job, "" | "." | "..");
     let mut out = String::with_capacity(job.len());

@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 
 use iceberg::TableIdent;
 
+use super::job::Destination;
 use super::job::Runner;
-use crate::checkpoint::{CheckpointRecord, StateRecord, commit_all};
+use crate::checkpoint::{CheckpointRecord, LakeCopy, StateRecord, commit_all};
 use crate::connector::Offsets;
 use crate::error::Result;
 use crate::failpoint;
@@ -72,7 +73,7 @@ impl Runner<'_> {
             return Ok(());
         }
         let state = self.save_state().await?;
-        let record = CheckpointRecord {
+        let mut record = CheckpointRecord {
             job: self.job.name.clone(),
             checkpoint: self.checkpoint + 1,
             time_ms: chrono::Utc::now().timestamp_millis(),
@@ -82,17 +83,14 @@ impl Runner<'_> {
             dead_letters: Some(self.dead.target()),
             state,
         };
+        let job = self.job;
+        if let Some(copy) = self.lake_copy_for(&record) {
+            copy.copy(&job.store, &mut record).await?;
+        }
         self.job.store.save(&record)?;
         if let Some(state) = &record.state {
             // The record names the new state: the older files are no longer needed.
-            let keep: Vec<&str> = state
-                .windows
-                .iter()
-                .chain(state.joins.values())
-                .chain(state.spilled.iter().flat_map(|run| &run.files))
-                .chain(state.joins_spilled.values().flatten())
-                .map(String::as_str)
-                .collect();
+            let keep: Vec<&str> = state.files().map(String::as_str).collect();
             self.job.store.prune_state(&self.job.name, &keep);
         }
         failpoint::reach(failpoint::AFTER_RECORD);
@@ -171,6 +169,26 @@ impl Runner<'_> {
         Ok(Some(record))
     }
 
+    /// Where a stateful job's `record` is copied (see [`crate::checkpoint::lake_copy`]):
+    /// nowhere unless it commits a table (whose mark names the copy). A routed job's copy goes
+    /// beside the first table it knows.
+    fn lake_copy_for(&mut self, record: &CheckpointRecord) -> Option<&mut LakeCopy> {
+        if record.tables.is_empty() || record.state.is_none() {
+            return None;
+        }
+        let routed = matches!(self.job.target.destination, Destination::Routed { .. });
+        if self.lake_copy.is_none() && routed && self.job.query.state_lake_copy() {
+            let mut known: Vec<_> = self.data.known().into_iter().collect();
+            known.extend(self.dead.known());
+            known.sort_by(|a, b| a.0.cmp(&b.0));
+            let (_, table) = known.first()?;
+            let resumed = self.resumed_state.take();
+            let copy = LakeCopy::beside(table, &self.job.name, self.started_after);
+            self.lake_copy = Some(copy.resumed(resumed.as_ref()));
+        }
+        self.lake_copy.as_mut()
+    }
+
     /// Wait for the commits under way, if any, and make the committed tables the sinks'
     /// new bases.
     pub(super) async fn settle(&mut self) -> Result<()> {
@@ -180,6 +198,12 @@ impl Runner<'_> {
         let committed = joined(c.task, "checkpoint commit task").await?;
         let commit_ms = c.commits.elapsed().as_millis() as u64;
         let left_out = self.data.after_commit(&c.record.tables, &committed).await?;
+        if let (Some(copy), Some(state)) = (&mut self.lake_copy, &c.record.state)
+            && state.lake_copy.as_deref() == Some(copy.location())
+        {
+            // The tables' marks name this state now: the older copies are no longer needed.
+            copy.prune(c.record.checkpoint, state).await;
+        }
         self.dead.after_commit(&c.record.tables, &committed).await?;
         self.job.status.committed(&committed);
         if let Some(m) = &mut self.maintainer {

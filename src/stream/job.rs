@@ -24,9 +24,10 @@ use super::query::{ContinuousQuery, Output};
 use super::status::{JobState, JobStatus};
 use super::stream_join::JoinBuffers;
 use super::watermark::WatermarkTracker;
-use crate::checkpoint::resume::{mark_of, marks_in};
+use crate::checkpoint::resume::{load_if_there, marks_in};
 use crate::checkpoint::{
-    CheckpointRecord, Mark, Resume, StateStore, TableMarks, commit_all, resume,
+    CheckpointRecord, LakeCopy, Resume, StateRecord, StateStore, TableMarks, commit_all, lake_copy,
+    resume,
 };
 use crate::connector::{Offsets, Origins, Poll, SourceReader};
 use crate::error::{Error, Result};
@@ -122,6 +123,13 @@ pub(super) struct Runner<'a> {
     pub(super) committing: Option<Committing>,
     /// The tables' maintenance, when the job does it.
     pub(super) maintainer: Option<Maintainer>,
+    /// Where a stateful job copies its state beside its tables (`state.lake-copy`): known
+    /// from the start for a job writing one table, from its first table for a routed one.
+    pub(super) lake_copy: Option<LakeCopy>,
+    /// The state the job resumed from, until a routed job knows where its copy goes.
+    pub(super) resumed_state: Option<StateRecord>,
+    /// The checkpoint the job (this run of it) started after.
+    pub(super) started_after: u64,
 }
 
 /// The first wait after an external failure; it doubles up to [`MAX_BACKOFF`].
@@ -294,18 +302,7 @@ impl<'a> Runner<'a> {
             watermarks.push(WatermarkTracker::try_new(source, job.query.state()).await?);
         }
         let target = &job.target;
-        let record = job.store.load(&job.name)?;
-        if let Some(record) = &record {
-            // Finish the commits of the last checkpoint (idempotent; each table's only to the
-            // table it was written for).
-            commit_all(
-                &target.catalog,
-                target.committer.as_deref(),
-                record,
-                &HashMap::new(),
-            )
-            .await?;
-        }
+        let mut record = job.store.load(&job.name)?;
         // What identifies the destination across restarts: a table's UUID (a re-created
         // table of the same name starts the job afresh), or a routed namespace's name. And
         // what the tables carry of the job: where it resumes when the record is lost.
@@ -314,12 +311,14 @@ impl<'a> Runner<'a> {
         let identity = match &target.destination {
             Destination::Table(ident) => {
                 let table = target.catalog.load_table(ident).await?;
-                marks.add(Mark::read(&table, &job.name), true);
+                marks.add_table(&table, &job.name, true);
                 let dead = TableIdent::new(
                     ident.namespace().clone(),
                     dead_letter::DEAD_LETTER_TABLE.to_string(),
                 );
-                marks.add(mark_of(&target.catalog, &dead, &job.name).await?, false);
+                if let Some(dead) = load_if_there(&target.catalog, &dead).await? {
+                    marks.add_table(&dead, &job.name, false);
+                }
                 let uuid = table.metadata().uuid().to_string();
                 destination = Some(table);
                 uuid
@@ -331,9 +330,44 @@ impl<'a> Runner<'a> {
                 target.to_string()
             }
         };
+        // A record lost (or older than the tables' latest checkpoint) that the tables name a
+        // copy of: the copy stands in for it, state and all.
+        if let (Some((checkpoint, uri)), Some(io)) = (&marks.copy, &marks.io)
+            && record.as_ref().is_none_or(|r| r.checkpoint < *checkpoint)
+        {
+            record = Some(lake_copy::restore(io, &job.store, &job.name, uri).await?);
+        }
+        if let Some(record) = &record {
+            // Finish the commits of the last checkpoint (idempotent; each table's only to the
+            // table it was written for).
+            let committed = commit_all(
+                &target.catalog,
+                target.committer.as_deref(),
+                record,
+                &HashMap::new(),
+            )
+            .await?;
+            if let (Destination::Table(ident), Some(_)) = (&target.destination, &destination)
+                && let Some(table) = committed.get(ident)
+            {
+                destination = Some(table.clone());
+            }
+        }
         let start = resume(&job.name, record.as_ref(), &identity, &marks)?;
-        let (aggregate, joins) =
-            restore_state(job, record.as_ref(), &start, &readers, &mut watermarks)?;
+        let restored = restore_state(
+            job,
+            record.as_ref(),
+            &start,
+            &readers
+                .iter()
+                .map(|(name, _, _)| name.clone())
+                .collect::<Vec<_>>(),
+            &mut watermarks,
+        )
+        .await?;
+        let (aggregate, joins) = (restored.windows, restored.joins);
+        let copies_state = (aggregate.is_some() || joins.is_some()) && job.query.state_lake_copy();
+        let mut lake_copy = None;
         let mut committed_offsets = BTreeMap::new();
         if let Some(sources) = &start.sources {
             for (name, reader, _) in &mut readers {
@@ -354,6 +388,9 @@ impl<'a> Runner<'a> {
                     Some(t) => t,
                     None => target.catalog.load_table(ident).await?,
                 };
+                if copies_state {
+                    lake_copy = Some(LakeCopy::beside(&table, &job.name, start.checkpoint));
+                }
                 let sink = TableSink::new(
                     &target.catalog_name,
                     &target.catalog,
@@ -410,6 +447,9 @@ impl<'a> Runner<'a> {
             checkpoint,
             committed_offsets,
             committing: None,
+            lake_copy: lake_copy.map(|c| c.resumed(restored.state.as_ref())),
+            resumed_state: restored.state.filter(|_| copies_state),
+            started_after: checkpoint,
             maintainer: job.maintenance.clone().zip(target.committer.clone()).map(
                 |(policy, committer)| {
                     Maintainer::new(
@@ -837,17 +877,28 @@ fn with_changes(
     changes::with_change_columns(&rows, &changes.take(inputs)?)
 }
 
+/// A stateful job's state where it resumes.
+pub(super) struct Restored {
+    /// Its open windows (or groups), for a job that aggregates.
+    pub windows: Option<AggregateState>,
+    /// The rows of the streams it joins, for a job joining streams.
+    pub joins: Option<JoinBuffers>,
+    /// The checkpoint's state it came from, if any.
+    pub state: Option<StateRecord>,
+}
+
 /// A stateful job's state where it resumes (open windows, joined streams' rows), and its
-/// sources' watermarks then: the record's, when the job resumes from it. A job resuming from
-/// its tables' marks (its record lost, or older than what the tables hold) would have lost
-/// that state: it fails, saying so, rather than emit incomplete windows or miss joined rows.
-fn restore_state(
+/// sources' watermarks then: the record's (the local one, or its copy beside the tables, see
+/// [`lake_copy`]), when the job resumes from it. A job resuming from its tables' marks without
+/// a record (lost, or older than what the tables hold, with no copy) would have lost that
+/// state: it fails, saying so, rather than emit incomplete windows or miss joined rows.
+async fn restore_state(
     job: &Job,
     record: Option<&CheckpointRecord>,
     start: &Resume,
-    readers: &[(String, Box<dyn SourceReader>, bool)],
+    sources: &[String],
     watermarks: &mut [Option<WatermarkTracker>],
-) -> Result<(Option<AggregateState>, Option<JoinBuffers>)> {
+) -> Result<Restored> {
     let windowed = job.query.aggregate().is_some();
     let joins = job.query.joins_streams();
     let mut windows = windowed.then(AggregateState::default);
@@ -858,34 +909,44 @@ fn restore_state(
             Some((job.store.clone(), job.name.clone())),
         )
     });
+    let empty = |windows, joins| Restored {
+        windows,
+        joins,
+        state: None,
+    };
     let Some(offsets) = &start.sources else {
-        return Ok((windows, kept));
+        return Ok(empty(windows, kept));
     };
     if !windowed && !joins {
-        return Ok((None, None));
+        return Ok(empty(None, None));
     }
     let saved = record
         .filter(|r| &r.sources == offsets)
-        .and_then(|r| r.state.as_ref());
-    let Some(saved) = saved else {
-        return Err(Error::Plan(format!(
-            "job '{}' keeps state ({}), and its checkpoint record with that state is {} \
-             (state.dir {}): resuming from the offsets its tables carry would lose it. Restore \
-             the job's state folder, or give the job another 'pipeline.name' to start afresh",
-            job.name,
-            if windowed {
-                "open windows"
-            } else {
-                "the rows of the streams it joins"
-            },
-            if record.is_some() {
-                "older than its tables"
-            } else {
-                "missing"
-            },
-            job.store.dir().display()
-        )));
+        .and_then(|r| r.state.clone());
+    let saved = match saved {
+        Some(saved) => saved,
+        None => {
+            return Err(Error::Plan(format!(
+                "job '{}' keeps state ({}), and its checkpoint record with that state is {} \
+                 (state.dir {}), with no copy of it beside its tables (state.lake-copy): \
+                 resuming from the offsets its tables carry would lose it. Restore the job's \
+                 state folder, or give the job another 'pipeline.name' to start afresh",
+                job.name,
+                if windowed {
+                    "open windows"
+                } else {
+                    "the rows of the streams it joins"
+                },
+                if record.is_some() {
+                    "older than its tables"
+                } else {
+                    "missing"
+                },
+                job.store.dir().display()
+            )));
+        }
     };
+    let saved = &saved;
     if let (Some(w), Some(file)) = (&mut windows, &saved.windows) {
         *w = AggregateState::restore(
             job.store.load_state(&job.name, file)?,
@@ -893,12 +954,12 @@ fn restore_state(
         );
     }
     if let Some(k) = &mut kept {
-        let sources: std::collections::BTreeSet<&String> = saved
+        let joined: std::collections::BTreeSet<&String> = saved
             .joins
             .keys()
             .chain(saved.joins_spilled.keys())
             .collect();
-        for source in sources {
+        for source in joined {
             let batches = match saved.joins.get(source) {
                 Some(file) => job.store.load_state(&job.name, file)?,
                 None => Vec::new(),
@@ -907,10 +968,14 @@ fn restore_state(
             k.restore(source, batches, spilled)?;
         }
     }
-    for ((name, _, _), tracker) in readers.iter().zip(watermarks.iter_mut()) {
+    for (name, tracker) in sources.iter().zip(watermarks.iter_mut()) {
         if let (Some(t), Some(w)) = (tracker, saved.watermarks.get(name)) {
             t.restore(*w);
         }
     }
-    Ok((windows, kept))
+    Ok(Restored {
+        windows,
+        joins: kept,
+        state: Some(saved.clone()),
+    })
 }

@@ -376,6 +376,12 @@ impl ContinuousQuery {
         usize::try_from(floe_options(&self.executor).state_memory).unwrap_or(usize::MAX)
     }
 
+    /// Whether the job copies its state beside its tables at each checkpoint
+    /// (`state.lake-copy`).
+    pub fn state_lake_copy(&self) -> bool {
+        floe_options(&self.executor).state_lake_copy
+    }
+
     /// The query's aggregate, when it has one: [`Self::run`] gives its input rows.
     pub fn aggregate(&self) -> Option<&StreamAggregate> {
         self.aggregate.as_ref()

@@ -68,6 +68,19 @@ impl Rng {
 /// the end; fails unless it was killed at least three times (else the job ended too soon for
 /// the run to prove anything).
 pub fn kill_and_restart(dir: &Path, script: &str, max_ms: u64) {
+    kill_then_restart(dir, script, max_ms, |_| {});
+}
+
+/// As [`kill_and_restart`], with the jobs' state folder (`dir/.floe`) deleted after each kill:
+/// an ephemeral disk, where only the lake survives.
+#[allow(dead_code)]
+pub fn kill_losing_state_and_restart(dir: &Path, script: &str, max_ms: u64) {
+    kill_then_restart(dir, script, max_ms, |dir| {
+        let _ = std::fs::remove_dir_all(dir.join(".floe"));
+    });
+}
+
+fn kill_then_restart(dir: &Path, script: &str, max_ms: u64, after_kill: impl Fn(&Path)) {
     std::fs::write(dir.join("job.sql"), script).unwrap();
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -98,6 +111,7 @@ pub fn kill_and_restart(dir: &Path, script: &str, max_ms: u64) {
             kills += 1;
         }
         child.wait().unwrap();
+        after_kill(dir);
     }
     eprintln!("killed {kills} times");
     assert!(
