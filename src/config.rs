@@ -48,9 +48,9 @@ pub struct FloeOptions {
     /// an aggregate without windows) a continuous job holds in memory; beyond it the state
     /// goes to local disk (`state.dir`).
     pub state_memory: u64,
-    /// `state.lake-copy`: a stateful job copies its state at each checkpoint beside the tables
-    /// it writes (named by the checkpoint's commits), so that a lost `state.dir` loses none of
-    /// it.
+    /// `state.lake-copy`: a job copies its checkpoint record (and a stateful job its state) at
+    /// each checkpoint beside the tables it writes (named by the checkpoint's commits), so that
+    /// a lost `state.dir` loses nothing.
     pub state_lake_copy: bool,
 }
 
@@ -240,8 +240,8 @@ impl ExtensionOptions for FloeOptions {
             entry(
                 STATE_LAKE_COPY,
                 Some(self.state_lake_copy.to_string()),
-                "Whether a stateful job copies its state beside its tables at each checkpoint, \
-                 so that a lost state.dir loses none of it.",
+                "Whether a job copies its checkpoint record and state beside its tables at each \
+                 checkpoint, so that a lost state.dir loses nothing.",
             ),
             entry(
                 IDLE_TIMEOUT,

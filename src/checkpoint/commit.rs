@@ -71,8 +71,8 @@ pub struct Mark {
     pub offsets: Option<BTreeMap<String, Offsets>>,
     /// When it was committed (ms since the epoch; 0 when only the properties tell).
     pub time_ms: i64,
-    /// A stateful job's: where the checkpoint's record (with the state after it) is copied
-    /// beside the tables (its URI; empty when it is not). `None` for a job without state.
+    /// Where the checkpoint's record (with the state after it) is copied beside the tables
+    /// (its URI; empty when it is not). `None` in tables written by a floe that did not copy.
     pub copy: Option<String>,
 }
 
@@ -95,10 +95,7 @@ impl Mark {
             checkpoint: record.checkpoint,
             offsets: Some(record.sources.clone()),
             time_ms: record.time_ms,
-            copy: record
-                .state
-                .as_ref()
-                .map(|s| super::lake_copy::record_uri(record.checkpoint, s)),
+            copy: Some(super::lake_copy::record_uri(record)),
         }
     }
 

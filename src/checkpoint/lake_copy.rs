@@ -1,5 +1,5 @@
-//! A stateful job's checkpoint record and state copied beside the tables it writes, so that
-//! a lost state folder loses none of it.
+//! A job's checkpoint record (and a stateful job's state) copied beside the tables it writes,
+//! so that a lost state folder loses none of it.
 //!
 //! ```text
 //! <folder of the table's location>/.floe-state/<job>/run-<s>/record-<n>.json, window-<n>.arrow,
@@ -85,13 +85,13 @@ impl LakeCopy {
         &self.location
     }
 
-    /// The copy of a job resuming from `state`: the folder of the run that copied it goes
-    /// once this run's first state is committed. (Only a folder beside this one: a state
-    /// copied elsewhere, to a table since moved, is left alone.)
-    pub fn resumed(mut self, state: Option<&StateRecord>) -> Self {
+    /// The copy of a job resuming from a record copied to `folder`: that folder goes once this
+    /// run's first record is committed. (Only a folder beside this one: a record copied
+    /// elsewhere, beside a table since moved, is left alone.)
+    pub fn resumed(mut self, folder: Option<&str>) -> Self {
         let base = self.location.rsplit_once('/').map(|(b, _)| format!("{b}/"));
-        let resumed = state
-            .and_then(|s| s.lake_copy.clone())
+        let resumed = folder
+            .map(str::to_string)
             .filter(|l| *l != self.location && base.as_ref().is_some_and(|b| l.starts_with(b)));
         if let Some(folder) = resumed
             && !self.previous.contains(&folder)
@@ -102,14 +102,13 @@ impl LakeCopy {
     }
 
     /// Copy the files of `record`'s state (in `store`'s folder of its job) not copied yet,
-    /// then the record itself, naming the copy in its state.
+    /// then the record itself, naming the copy in it.
     pub async fn copy(&mut self, store: &StateStore, record: &mut CheckpointRecord) -> Result<()> {
         let job = &record.job;
-        let Some(state) = &mut record.state else {
-            return Ok(());
-        };
-        let names: Vec<String> = state
-            .files()
+        let names: Vec<String> = record
+            .state
+            .iter()
+            .flat_map(StateRecord::files)
             .filter(|f| !self.copied.contains(*f))
             .cloned()
             .collect();
@@ -143,7 +142,7 @@ impl LakeCopy {
             writer.close().await.map_err(|e| failed(e.to_string()))?;
             self.copied.insert(name);
         }
-        state.lake_copy = Some(self.location.clone());
+        record.copied_to = Some(self.location.clone());
         let name = record_name(record.checkpoint);
         let json = serde_json::to_vec(record)
             .map_err(|e| Error::Internal(format!("job '{}''s record: {e}", record.job)))?;
@@ -162,11 +161,16 @@ impl LakeCopy {
         Ok(())
     }
 
-    /// Delete the copies `committed` (the state the tables' marks now name) no longer needs.
+    /// Delete the copies `committed` (the record the tables' marks now name) no longer needs.
     /// A copy that cannot be deleted is left (and forgotten): it costs only its space.
-    pub async fn prune(&mut self, checkpoint: u64, committed: &StateRecord) {
-        let record = record_name(checkpoint);
-        let keep: BTreeSet<&String> = committed.files().chain([&record]).collect();
+    pub async fn prune(&mut self, committed: &CheckpointRecord) {
+        let record = record_name(committed.checkpoint);
+        let keep: BTreeSet<&String> = committed
+            .state
+            .iter()
+            .flat_map(StateRecord::files)
+            .chain([&record])
+            .collect();
         let gone: Vec<String> = self
             .copied
             .iter()
@@ -195,13 +199,13 @@ fn record_name(checkpoint: u64) -> String {
     format!("record-{checkpoint}.json")
 }
 
-/// Where the tables' mark of checkpoint `checkpoint` finds the copy of its record, whose state
-/// is `state`: the record's URI (empty when it has no copy).
-pub fn record_uri(checkpoint: u64, state: &StateRecord) -> String {
-    state
-        .lake_copy
+/// Where the tables' mark of `record`'s checkpoint finds the copy of it: its URI (empty when
+/// it has no copy).
+pub fn record_uri(record: &CheckpointRecord) -> String {
+    record
+        .copied_to
         .as_ref()
-        .map(|l| format!("{l}/{}", record_name(checkpoint)))
+        .map(|l| format!("{l}/{}", record_name(record.checkpoint)))
         .unwrap_or_default()
 }
 
@@ -234,7 +238,7 @@ pub async fn restore(
     let Some(state) = &record.state else {
         return Ok(record);
     };
-    let Some(location) = &state.lake_copy else {
+    let Some(location) = &record.copied_to else {
         return Err(unreadable(uri, "it names no folder".into()));
     };
     for name in state.files() {

@@ -192,6 +192,7 @@ mod tests {
             table_uuid: Some(uuid.into()),
             dead_letters: None,
             state: None,
+            copied_to: None,
         }
     }
 

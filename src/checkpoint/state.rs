@@ -8,7 +8,7 @@
 //! <state.dir>/<job>/*-spill-*.arrow      state beyond the memory budget (named by the record)
 //! ```
 //!
-//! A stateful job's record and state files are also copied beside its tables
+//! A job's record (and its state's files) is also copied beside its tables
 //! ([`super::lake_copy`]).
 //!
 //! A record is written to a temporary file, synced, and renamed over the previous one, so a
@@ -54,6 +54,10 @@ pub struct CheckpointRecord {
     /// it joins, its sources' watermarks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<StateRecord>,
+    /// Where the record (and its state's files) is copied beside the job's tables (a folder's
+    /// URI), when it is: the checkpoint's commits name the copy (see [`super::lake_copy`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copied_to: Option<String>,
 }
 
 /// A stateful job's state at a checkpoint: files in the job's folder.
@@ -75,10 +79,6 @@ pub struct StateRecord {
     /// beyond the job's memory budget.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub joins_spilled: BTreeMap<String, Vec<String>>,
-    /// Where the files are copied beside the job's tables (a folder's URI), when they are:
-    /// the checkpoint's commits name the copy (see [`super::lake_copy`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lake_copy: Option<String>,
 }
 
 impl StateRecord {
@@ -474,6 +474,7 @@ mod tests {
             table_uuid: None,
             dead_letters: None,
             state: None,
+            copied_to: None,
         };
         store.save(&r).unwrap();
         r.checkpoint = 2;
@@ -511,6 +512,7 @@ mod tests {
             table_uuid: None,
             dead_letters: None,
             state: None,
+            copied_to: None,
         };
         // Written by an older floe for 'a b' into the folder 'a_b' (also 'a_b''s old one).
         let legacy = dir.path().join("a_b");

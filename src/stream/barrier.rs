@@ -82,6 +82,7 @@ impl Runner<'_> {
             table_uuid: Some(self.identity.clone()),
             dead_letters: Some(self.dead.target()),
             state,
+            copied_to: None,
         };
         let job = self.job;
         if let Some(copy) = self.lake_copy_for(&record) {
@@ -169,11 +170,11 @@ impl Runner<'_> {
         Ok(Some(record))
     }
 
-    /// Where a stateful job's `record` is copied (see [`crate::checkpoint::lake_copy`]):
-    /// nowhere unless it commits a table (whose mark names the copy). A routed job's copy goes
-    /// beside the first table it knows.
+    /// Where `record` is copied (see [`crate::checkpoint::lake_copy`]): nowhere unless it
+    /// commits a table (whose mark names the copy). A routed job's copy goes beside the first
+    /// table it knows.
     fn lake_copy_for(&mut self, record: &CheckpointRecord) -> Option<&mut LakeCopy> {
-        if record.tables.is_empty() || record.state.is_none() {
+        if record.tables.is_empty() {
             return None;
         }
         let routed = matches!(self.job.target.destination, Destination::Routed { .. });
@@ -182,9 +183,8 @@ impl Runner<'_> {
             known.extend(self.dead.known());
             known.sort_by(|a, b| a.0.cmp(&b.0));
             let (_, table) = known.first()?;
-            let resumed = self.resumed_state.take();
             let copy = LakeCopy::beside(table, &self.job.name, self.started_after);
-            self.lake_copy = Some(copy.resumed(resumed.as_ref()));
+            self.lake_copy = Some(copy.resumed(self.resumed_copy.take().as_deref()));
         }
         self.lake_copy.as_mut()
     }
@@ -198,11 +198,11 @@ impl Runner<'_> {
         let committed = joined(c.task, "checkpoint commit task").await?;
         let commit_ms = c.commits.elapsed().as_millis() as u64;
         let left_out = self.data.after_commit(&c.record.tables, &committed).await?;
-        if let (Some(copy), Some(state)) = (&mut self.lake_copy, &c.record.state)
-            && state.lake_copy.as_deref() == Some(copy.location())
+        if let Some(copy) = &mut self.lake_copy
+            && c.record.copied_to.as_deref() == Some(copy.location())
         {
-            // The tables' marks name this state now: the older copies are no longer needed.
-            copy.prune(c.record.checkpoint, state).await;
+            // The tables' marks name this record now: the older copies are no longer needed.
+            copy.prune(&c.record).await;
         }
         self.dead.after_commit(&c.record.tables, &committed).await?;
         self.job.status.committed(&committed);

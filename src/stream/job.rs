@@ -26,8 +26,7 @@ use super::stream_join::JoinBuffers;
 use super::watermark::WatermarkTracker;
 use crate::checkpoint::resume::{load_if_there, marks_in};
 use crate::checkpoint::{
-    CheckpointRecord, LakeCopy, Resume, StateRecord, StateStore, TableMarks, commit_all, lake_copy,
-    resume,
+    CheckpointRecord, LakeCopy, Resume, StateStore, TableMarks, commit_all, lake_copy, resume,
 };
 use crate::connector::{Offsets, Origins, Poll, SourceReader};
 use crate::error::{Error, Result};
@@ -126,8 +125,9 @@ pub(super) struct Runner<'a> {
     /// Where a stateful job copies its state beside its tables (`state.lake-copy`): known
     /// from the start for a job writing one table, from its first table for a routed one.
     pub(super) lake_copy: Option<LakeCopy>,
-    /// The state the job resumed from, until a routed job knows where its copy goes.
-    pub(super) resumed_state: Option<StateRecord>,
+    /// Where the record the job resumed from was copied, until a routed job knows where its
+    /// copies go.
+    pub(super) resumed_copy: Option<String>,
     /// The checkpoint the job (this run of it) started after.
     pub(super) started_after: u64,
 }
@@ -366,7 +366,8 @@ impl<'a> Runner<'a> {
         )
         .await?;
         let (aggregate, joins) = (restored.windows, restored.joins);
-        let copies_state = (aggregate.is_some() || joins.is_some()) && job.query.state_lake_copy();
+        let copies = job.query.state_lake_copy();
+        let resumed_copy = record.as_ref().and_then(|r| r.copied_to.clone());
         let mut lake_copy = None;
         let mut committed_offsets = BTreeMap::new();
         if let Some(sources) = &start.sources {
@@ -388,7 +389,7 @@ impl<'a> Runner<'a> {
                     Some(t) => t,
                     None => target.catalog.load_table(ident).await?,
                 };
-                if copies_state {
+                if copies {
                     lake_copy = Some(LakeCopy::beside(&table, &job.name, start.checkpoint));
                 }
                 let sink = TableSink::new(
@@ -447,8 +448,8 @@ impl<'a> Runner<'a> {
             checkpoint,
             committed_offsets,
             committing: None,
-            lake_copy: lake_copy.map(|c| c.resumed(restored.state.as_ref())),
-            resumed_state: restored.state.filter(|_| copies_state),
+            lake_copy: lake_copy.map(|c| c.resumed(resumed_copy.as_deref())),
+            resumed_copy,
             started_after: checkpoint,
             maintainer: job.maintenance.clone().zip(target.committer.clone()).map(
                 |(policy, committer)| {
@@ -883,8 +884,6 @@ pub(super) struct Restored {
     pub windows: Option<AggregateState>,
     /// The rows of the streams it joins, for a job joining streams.
     pub joins: Option<JoinBuffers>,
-    /// The checkpoint's state it came from, if any.
-    pub state: Option<StateRecord>,
 }
 
 /// A stateful job's state where it resumes (open windows, joined streams' rows), and its
@@ -909,11 +908,7 @@ async fn restore_state(
             Some((job.store.clone(), job.name.clone())),
         )
     });
-    let empty = |windows, joins| Restored {
-        windows,
-        joins,
-        state: None,
-    };
+    let empty = |windows, joins| Restored { windows, joins };
     let Some(offsets) = &start.sources else {
         return Ok(empty(windows, kept));
     };
@@ -922,7 +917,7 @@ async fn restore_state(
     }
     let saved = record
         .filter(|r| &r.sources == offsets)
-        .and_then(|r| r.state.clone());
+        .and_then(|r| r.state.as_ref());
     let saved = match saved {
         Some(saved) => saved,
         None => {
@@ -946,7 +941,6 @@ async fn restore_state(
             )));
         }
     };
-    let saved = &saved;
     if let (Some(w), Some(file)) = (&mut windows, &saved.windows) {
         *w = AggregateState::restore(
             job.store.load_state(&job.name, file)?,
@@ -976,6 +970,5 @@ async fn restore_state(
     Ok(Restored {
         windows,
         joins: kept,
-        state: Some(saved.clone()),
     })
 }
