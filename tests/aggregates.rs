@@ -169,10 +169,15 @@ fn windows_killed_and_restarted_are_emitted_once_with_the_same_rows() {
     assert_each_window_once(lost.path());
     // The copies of the state beside the tables: the last checkpoint's, and those of runs
     // killed before their first commit.
-    for job in ["per-minute", "five-minutes", "running", "visits"] {
-        let copies = state_copies(lost.path(), job, "record-");
+    for (job, table) in [
+        ("per-minute", "per_minute"),
+        ("five-minutes", "five_minutes"),
+        ("running", "running"),
+        ("visits", "visits"),
+    ] {
+        let copies = state_copies(lost.path(), table, job, "record-");
         let tree = std::process::Command::new("find")
-            .arg(lost.path().join("lake/warehouse/shop/.floe-state"))
+            .arg(lost.path().join("lake/warehouse/shop"))
             .output()
             .unwrap();
         assert!(
@@ -183,10 +188,14 @@ fn windows_killed_and_restarted_are_emitted_once_with_the_same_rows() {
     }
 }
 
-/// How many files named `prefix...` the copies of job `job`'s state beside the shop's tables
-/// hold (a folder per run of the job).
-fn state_copies(dir: &Path, job: &str, prefix: &str) -> usize {
-    let folder = dir.join("lake/warehouse/shop/.floe-state").join(job);
+/// How many files named `prefix...` the copies of job `job`'s record and state with the shop's
+/// table `table` hold (a folder per run of the job).
+fn state_copies(dir: &Path, table: &str, job: &str, prefix: &str) -> usize {
+    let folder = dir
+        .join("lake/warehouse/shop")
+        .join(table)
+        .join(".floe-state")
+        .join(job);
     std::fs::read_dir(&folder)
         .unwrap_or_else(|e| panic!("{}: {e}", folder.display()))
         .flatten()
@@ -234,7 +243,10 @@ fn a_job_whose_state_folder_is_lost_resumes_from_the_copy_beside_its_tables_or_r
         let stderr = String::from_utf8_lossy(&again.stderr);
         if copy {
             assert!(again.status.success(), "{stderr}");
-            assert_eq!(state_copies(dir.path(), "per-minute", "record-"), 1);
+            assert_eq!(
+                state_copies(dir.path(), "per_minute", "per-minute", "record-"),
+                1
+            );
         } else {
             assert!(
                 !again.status.success(),

@@ -2,8 +2,8 @@
 //! so that a lost state folder loses none of it.
 //!
 //! ```text
-//! <folder of the table's location>/.floe-state/<job>/run-<s>/record-<n>.json, window-<n>.arrow,
-//!                                                            join-..., spill files
+//! <table's location>/.floe-state/<job>/run-<s>/record-<n>.json, window-<n>.arrow,
+//!                                              join-..., spill files
 //!
 //! barrier: save the state locally -> copy its files not copied yet, then the record -> save
 //!          the record locally -> commits (each commit's mark names the record's copy)
@@ -17,8 +17,9 @@
 //! So a lost state folder loses nothing: not the state, and not the commits of the checkpoint a
 //! crash interrupted (which only the record named: a routed job's tables, the dead letters).
 //!
-//! The folder is beside the table's, not in it: files in a table's folder that its metadata
-//! does not name are orphans to other engines' maintenance, and would be deleted. Each run of
+//! The folder is in the table's (where a catalog's credentials, vended for the table, may
+//! write) and hidden: files under a table's location that its metadata does not name are
+//! orphans, but Iceberg's orphan-file removal (and floe's) leaves hidden folders. Each run of
 //! the job (each start) copies into a folder of its own, named by the checkpoint it starts
 //! after (`s`), so that what a crash leaves behind (copies of a checkpoint whose commits it
 //! interrupted, of one whose prune it did) goes with that run's folder once a later run's
@@ -64,15 +65,14 @@ impl LakeCopy {
         }
     }
 
-    /// Copies of job `job`'s state beside `table` by the run starting after checkpoint
-    /// `start`: in `.floe-state/<job>/run-<start>` of the folder holding the table's. The
+    /// Copies of job `job`'s record and state with `table` by the run starting after checkpoint
+    /// `start`: in `.floe-state/<job>/run-<start>` of the table's folder. The
     /// folders of runs that started after the last few checkpoints before are deleted with
     /// the one the job resumed from (see [`Self::resumed`]): those runs committed nothing
     /// (else this one would start after their checkpoints).
     pub fn beside(table: &Table, job: &str, start: u64) -> Self {
         let location = table.metadata().location().trim_end_matches('/');
-        let parent = location.rsplit_once('/').map_or(location, |(p, _)| p);
-        let base = format!("{parent}/.floe-state/{}", folder(job));
+        let base = format!("{location}/.floe-state/{}", folder(job));
         let mut copy = Self::at(table.file_io().clone(), &format!("{base}/run-{start}"));
         copy.previous = (start.saturating_sub(EARLIER_RUNS)..start)
             .map(|s| format!("{base}/run-{s}"))
@@ -115,13 +115,7 @@ impl LakeCopy {
         for name in names {
             let from = store.state_path(job, &name);
             let to = format!("{}/{name}", self.location);
-            let failed = |e: String| {
-                Error::Internal(format!(
-                    "copying job '{job}''s state {} to {to}: {e} (SET 'state.lake-copy' = \
-                     'false' keeps the state in state.dir only)",
-                    from.display()
-                ))
-            };
+            let failed = |e: String| refused(&to, e);
             let mut file = std::fs::File::open(&from).map_err(|e| failed(e.to_string()))?;
             let output = self.io.new_output(&to).map_err(|e| failed(e.to_string()))?;
             let mut writer = output.writer().await.map_err(|e| failed(e.to_string()))?;
@@ -192,6 +186,15 @@ impl LakeCopy {
             });
         }
     }
+}
+
+/// A copy that could not be written to `to`.
+fn refused(to: &str, e: String) -> Error {
+    Error::Source(format!(
+        "its checkpoint records are not copied beside its tables: {to} cannot be written \
+         ({e}); a lost state.dir would lose the commits of a checkpoint a crash interrupts, \
+         and a stateful job's state (SET 'state.lake-copy' = 'false' not to try)"
+    ))
 }
 
 /// The name of checkpoint `checkpoint`'s record in the copy.

@@ -21,6 +21,7 @@ use iceberg::TableIdent;
 
 use super::job::Destination;
 use super::job::Runner;
+use super::status::JobState;
 use crate::checkpoint::{CheckpointRecord, LakeCopy, StateRecord, commit_all};
 use crate::connector::Offsets;
 use crate::error::Result;
@@ -85,8 +86,15 @@ impl Runner<'_> {
             copied_to: None,
         };
         let job = self.job;
-        if let Some(copy) = self.lake_copy_for(&record) {
-            copy.copy(&job.store, &mut record).await?;
+        if let Some(copy) = self.lake_copy_for(&record)
+            && let Err(e) = copy.copy(&job.store, &mut record).await
+        {
+            // A storage that takes only a table's own files (a table bucket): the job goes on
+            // without copies, saying so.
+            record.copied_to = None;
+            self.lake_copy = None;
+            self.copies = false;
+            job.status.set_state(JobState::Running, Some(e.to_string()));
         }
         self.job.store.save(&record)?;
         if let Some(state) = &record.state {
@@ -171,18 +179,25 @@ impl Runner<'_> {
     }
 
     /// Where `record` is copied (see [`crate::checkpoint::lake_copy`]): nowhere unless it
-    /// commits a table (whose mark names the copy). A routed job's copy goes beside the first
-    /// table it knows.
+    /// commits a table (whose mark names the copy). A routed job's copies go with the table
+    /// its resumed record's copy is with, else with the first table it knows.
     fn lake_copy_for(&mut self, record: &CheckpointRecord) -> Option<&mut LakeCopy> {
         if record.tables.is_empty() {
             return None;
         }
         let routed = matches!(self.job.target.destination, Destination::Routed { .. });
-        if self.lake_copy.is_none() && routed && self.job.query.state_lake_copy() {
+        if self.lake_copy.is_none() && routed && self.copies {
             let mut known: Vec<_> = self.data.known().into_iter().collect();
             known.extend(self.dead.known());
             known.sort_by(|a, b| a.0.cmp(&b.0));
-            let (_, table) = known.first()?;
+            let resumed = self.resumed_copy.as_deref().unwrap_or_default();
+            let (_, table) = known
+                .iter()
+                .find(|(_, t)| {
+                    let location = t.metadata().location().trim_end_matches('/');
+                    resumed.starts_with(&format!("{location}/"))
+                })
+                .or(known.first())?;
             let copy = LakeCopy::beside(table, &self.job.name, self.started_after);
             self.lake_copy = Some(copy.resumed(self.resumed_copy.take().as_deref()));
         }

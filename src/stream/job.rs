@@ -130,6 +130,9 @@ pub(super) struct Runner<'a> {
     pub(super) resumed_copy: Option<String>,
     /// The checkpoint the job (this run of it) started after.
     pub(super) started_after: u64,
+    /// Whether it copies its records beside its tables (`state.lake-copy`, until a copy
+    /// fails).
+    pub(super) copies: bool,
 }
 
 /// The first wait after an external failure; it doubles up to [`MAX_BACKOFF`].
@@ -451,6 +454,7 @@ impl<'a> Runner<'a> {
             lake_copy: lake_copy.map(|c| c.resumed(resumed_copy.as_deref())),
             resumed_copy,
             started_after: checkpoint,
+            copies,
             maintainer: job.maintenance.clone().zip(target.committer.clone()).map(
                 |(policy, committer)| {
                     Maintainer::new(

@@ -318,7 +318,11 @@ def test_orphan_removal_after_a_crash_mid_checkpoint_keeps_what_the_job_will_com
     keep = referenced_by_table(table) | in_flight(workdir)
     assert in_flight(workdir), "the crash left no checkpoint in flight"
     on_disk = {str(p) for p in table_dir.rglob("*") if p.is_file()}
-    expected = on_disk - keep
+    # The copies of the job's checkpoint records are in a hidden folder, which orphan removal
+    # leaves alone (as Iceberg's own action does).
+    copies = {p for p in on_disk if "/.floe-state/" in p}
+    assert any(p.endswith(".json") for p in copies), "the records are copied with the table"
+    expected = on_disk - keep - copies
     assert str(stray) in expected and any(p.endswith(".metadata.json") for p in expected), expected
 
     def orphans(sql: str) -> set[str]:

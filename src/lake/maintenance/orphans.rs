@@ -6,7 +6,10 @@
 //!              its manifests, every file they list (live or not), statistics files,
 //!              and the files `keep` names (checkpoint records not yet committed)
 //! orphans    = files listed under the table location, not referenced, last written
-//!              before `older_than` (default 3 days ago: longer than any checkpoint runs)
+//!              before `older_than` (default 3 days ago: longer than any checkpoint runs),
+//!              outside hidden folders (`.x`, `_x`; `_x=1` is a partition's), as Iceberg's
+//!              own action leaves them (floe copies jobs' records there, see
+//!              `checkpoint::lake_copy`)
 //! ```
 //!
 //! Crashed writers leave orphans (a checkpoint's files written but never committed, a
@@ -45,7 +48,9 @@ pub async fn remove_orphan_files(
         .await?
         .into_iter()
         .filter(|(path, modified)| {
-            !referenced.contains(&normalize(path)) && modified.is_some_and(|m| m < cutoff)
+            !referenced.contains(&normalize(path))
+                && modified.is_some_and(|m| m < cutoff)
+                && !hidden(base.metadata().location(), path)
         })
         .map(|(path, _)| path)
         .collect();
@@ -93,6 +98,19 @@ async fn references(table: &Table) -> Result<HashSet<String>> {
     }
     out.extend(manifests);
     Ok(out)
+}
+
+/// Whether `path` is in a hidden folder under the table's `location`.
+fn hidden(location: &str, path: &str) -> bool {
+    let (location, path) = (normalize(location), normalize(path));
+    let relative = path
+        .strip_prefix(location.trim_end_matches('/'))
+        .unwrap_or(&path);
+    let mut folders: Vec<&str> = relative.split('/').filter(|c| !c.is_empty()).collect();
+    folders.pop();
+    folders
+        .iter()
+        .any(|c| (c.starts_with('.') || c.starts_with('_')) && !c.contains('='))
 }
 
 /// A path as comparable across its spellings: `file:` prefixes dropped.
@@ -206,4 +224,23 @@ async fn list_s3(
         ));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hidden;
+
+    #[test]
+    fn files_in_hidden_folders_are_never_orphans() {
+        let t = "s3://b/wh/ns/t";
+        assert!(hidden(
+            t,
+            "s3://b/wh/ns/t/.floe-state/job/run-3/record-4.json"
+        ));
+        assert!(hidden(t, "s3://b/wh/ns/t/data/_tmp/x.parquet"));
+        assert!(!hidden(t, "s3://b/wh/ns/t/data/_c=1/x.parquet"));
+        assert!(!hidden(t, "s3://b/wh/ns/t/data/.x.parquet"));
+        assert!(!hidden(t, "s3://b/wh/ns/t/metadata/v1.metadata.json"));
+        assert!(hidden("file:/w/t", "/w/t/.floe-state/j/record-1.json"));
+    }
 }
