@@ -247,6 +247,22 @@ fn a_job_whose_state_folder_is_lost_resumes_from_the_copy_beside_its_tables_or_r
                 state_copies(dir.path(), "per_minute", "per-minute", "record-"),
                 1
             );
+            // The copy gone too (deleted by hand): the job refuses rather than lose its state.
+            let copies = dir
+                .path()
+                .join("lake/warehouse/shop/per_minute/.floe-state");
+            std::fs::remove_dir_all(copies).unwrap();
+            std::fs::remove_dir_all(dir.path().join(".floe")).unwrap();
+            let gone = run(dir.path(), &job(copy));
+            let stderr = String::from_utf8_lossy(&gone.stderr);
+            assert!(
+                !gone.status.success(),
+                "resumed without its state: {stderr}"
+            );
+            assert!(
+                stderr.contains("record with that state is missing"),
+                "{stderr}"
+            );
         } else {
             assert!(
                 !again.status.success(),

@@ -214,12 +214,13 @@ pub fn record_uri(record: &CheckpointRecord) -> String {
 
 /// Copy back, through `io`, the record of job `job` the tables' mark names (`uri`, see
 /// [`record_uri`]), and its state's files into `store`'s folder of the job (where missing).
+/// `None` when the copy is gone (with the table it was in, dropped since).
 pub async fn restore(
     io: &FileIO,
     store: &StateStore,
     job: &str,
     uri: &str,
-) -> Result<CheckpointRecord> {
+) -> Result<Option<CheckpointRecord>> {
     let unreadable = |what: &str, e: String| {
         Error::Plan(format!(
             "job '{job}' resumes from the checkpoint record its tables name, whose copy {what} \
@@ -227,6 +228,9 @@ pub async fn restore(
              'pipeline.name' to start afresh"
         ))
     };
+    if !io.exists(uri).await? {
+        return Ok(None);
+    }
     let json = io
         .new_input(uri)
         .map_err(|e| unreadable(uri, e.to_string()))?
@@ -239,7 +243,7 @@ pub async fn restore(
         return Err(unreadable(uri, format!("it is job '{}''s", record.job)));
     }
     let Some(state) = &record.state else {
-        return Ok(record);
+        return Ok(Some(record));
     };
     let Some(location) = &record.copied_to else {
         return Err(unreadable(uri, "it names no folder".into()));
@@ -264,5 +268,5 @@ pub async fn restore(
         }
         file.finish()?;
     }
-    Ok(record)
+    Ok(Some(record))
 }

@@ -334,11 +334,13 @@ impl<'a> Runner<'a> {
             }
         };
         // A record lost (or older than the tables' latest checkpoint) that the tables name a
-        // copy of: the copy stands in for it, state and all.
+        // copy of: the copy stands in for it, state and all. (A copy gone with a table dropped
+        // since leaves the tables' marks to resume from.)
         if let (Some((checkpoint, uri)), Some(io)) = (&marks.copy, &marks.io)
             && record.as_ref().is_none_or(|r| r.checkpoint < *checkpoint)
+            && let Some(copy) = lake_copy::restore(io, &job.store, &job.name, uri).await?
         {
-            record = Some(lake_copy::restore(io, &job.store, &job.name, uri).await?);
+            record = Some(copy);
         }
         if let Some(record) = &record {
             // Finish the commits of the last checkpoint (idempotent; each table's only to the
