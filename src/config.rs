@@ -49,7 +49,7 @@ pub struct FloeOptions {
     /// goes to local disk (`state.dir`).
     pub state_memory: u64,
     /// `state.lake-copy`: a job copies its checkpoint record (and a stateful job its state) at
-    /// each checkpoint beside the tables it writes (named by the checkpoint's commits), so that
+    /// each checkpoint with the tables it writes (named by the checkpoint's commits), so that
     /// a lost `state.dir` loses nothing.
     pub state_lake_copy: bool,
 }
@@ -240,7 +240,7 @@ impl ExtensionOptions for FloeOptions {
             entry(
                 STATE_LAKE_COPY,
                 Some(self.state_lake_copy.to_string()),
-                "Whether a job copies its checkpoint record and state beside its tables at each \
+                "Whether a job copies its checkpoint record and state with its tables at each \
                  checkpoint, so that a lost state.dir loses nothing.",
             ),
             entry(

@@ -41,7 +41,7 @@ pub const SUMMARY_UNKNOWN_DELETES: &str = "floe.deletes-of-unknown-keys";
 pub const SUMMARY_KEY_INDEX: &str = "floe.key-index";
 /// Summary key: the source offsets (JSON, per source name) the job resumes from after it.
 pub const SUMMARY_OFFSETS: &str = "floe.offsets";
-/// Summary key: where the checkpoint's record is copied beside the tables (its URI, see
+/// Summary key: where the checkpoint's record is copied with the tables (its URI, see
 /// [`super::lake_copy`]).
 pub const SUMMARY_COPY: &str = "floe.copy";
 
@@ -71,7 +71,7 @@ pub struct Mark {
     pub offsets: Option<BTreeMap<String, Offsets>>,
     /// When it was committed (ms since the epoch; 0 when only the properties tell).
     pub time_ms: i64,
-    /// Where the checkpoint's record (with the state after it) is copied beside the tables
+    /// Where the checkpoint's record (with the state after it) is copied with the tables
     /// (its URI; empty when it is not). `None` in tables written by a floe that did not copy.
     pub copy: Option<String>,
 }

@@ -1,4 +1,4 @@
-//! A job's checkpoint record (and a stateful job's state) copied beside the tables it writes,
+//! A job's checkpoint record (and a stateful job's state) copied with the tables it writes,
 //! so that a lost state folder loses none of it.
 //!
 //! ```text
@@ -51,7 +51,7 @@ pub struct LakeCopy {
     previous: Vec<String>,
 }
 
-/// How many runs before it a run looks for the folders of (see [`LakeCopy::beside`]).
+/// How many runs before it a run looks for the folders of (see [`LakeCopy::with_table`]).
 const EARLIER_RUNS: u64 = 64;
 
 impl LakeCopy {
@@ -70,7 +70,7 @@ impl LakeCopy {
     /// folders of runs that started after the last few checkpoints before are deleted with
     /// the one the job resumed from (see [`Self::resumed`]): those runs committed nothing
     /// (else this one would start after their checkpoints).
-    pub fn beside(table: &Table, job: &str, start: u64) -> Self {
+    pub fn with_table(table: &Table, job: &str, start: u64) -> Self {
         let location = table.metadata().location().trim_end_matches('/');
         let base = format!("{location}/.floe-state/{}", folder(job));
         let mut copy = Self::at(table.file_io().clone(), &format!("{base}/run-{start}"));
@@ -87,7 +87,7 @@ impl LakeCopy {
 
     /// The copy of a job resuming from a record copied to `folder`: that folder goes once this
     /// run's first record is committed. (Only a folder beside this one: a record copied
-    /// elsewhere, beside a table since moved, is left alone.)
+    /// elsewhere, with a table since moved, is left alone.)
     pub fn resumed(mut self, folder: Option<&str>) -> Self {
         let base = self.location.rsplit_once('/').map(|(b, _)| format!("{b}/"));
         let resumed = folder
@@ -191,7 +191,7 @@ impl LakeCopy {
 /// A copy that could not be written to `to`.
 fn refused(to: &str, e: String) -> Error {
     Error::Source(format!(
-        "its checkpoint records are not copied beside its tables: {to} cannot be written \
+        "its checkpoint records are not copied with its tables: {to} cannot be written \
          ({e}); a lost state.dir would lose the commits of a checkpoint a crash interrupts, \
          and a stateful job's state (SET 'state.lake-copy' = 'false' not to try)"
     ))

@@ -12,7 +12,7 @@
 //! the last record are never committed (orphans), commits of the last record are redone only
 //! where missing, and sources resume from the recorded offsets. A lost record loses only the
 //! commits it alone named: those of a checkpoint interrupted by the same crash; a record is
-//! copied beside the tables it commits to ([`lake_copy`]), so not even those.
+//! copied with the tables it commits to ([`lake_copy`]), so not even those.
 
 pub mod commit;
 pub mod lake_copy;

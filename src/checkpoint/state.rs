@@ -8,7 +8,7 @@
 //! <state.dir>/<job>/*-spill-*.arrow      state beyond the memory budget (named by the record)
 //! ```
 //!
-//! A job's record (and its state's files) is also copied beside its tables
+//! A job's record (and its state's files) is also copied with its tables
 //! ([`super::lake_copy`]).
 //!
 //! A record is written to a temporary file, synced, and renamed over the previous one, so a
@@ -54,7 +54,7 @@ pub struct CheckpointRecord {
     /// it joins, its sources' watermarks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<StateRecord>,
-    /// Where the record (and its state's files) is copied beside the job's tables (a folder's
+    /// Where the record (and its state's files) is copied with the job's tables (a folder's
     /// URI), when it is: the checkpoint's commits name the copy (see [`super::lake_copy`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copied_to: Option<String>,

@@ -198,7 +198,7 @@ impl Runner<'_> {
                     resumed.starts_with(&format!("{location}/"))
                 })
                 .or(known.first())?;
-            let copy = LakeCopy::beside(table, &self.job.name, self.started_after);
+            let copy = LakeCopy::with_table(table, &self.job.name, self.started_after);
             self.lake_copy = Some(copy.resumed(self.resumed_copy.take().as_deref()));
         }
         self.lake_copy.as_mut()

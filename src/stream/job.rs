@@ -122,7 +122,7 @@ pub(super) struct Runner<'a> {
     pub(super) committing: Option<Committing>,
     /// The tables' maintenance, when the job does it.
     pub(super) maintainer: Option<Maintainer>,
-    /// Where a stateful job copies its state beside its tables (`state.lake-copy`): known
+    /// Where the job copies its record and state with its tables (`state.lake-copy`): known
     /// from the start for a job writing one table, from its first table for a routed one.
     pub(super) lake_copy: Option<LakeCopy>,
     /// Where the record the job resumed from was copied, until a routed job knows where its
@@ -130,7 +130,7 @@ pub(super) struct Runner<'a> {
     pub(super) resumed_copy: Option<String>,
     /// The checkpoint the job (this run of it) started after.
     pub(super) started_after: u64,
-    /// Whether it copies its records beside its tables (`state.lake-copy`, until a copy
+    /// Whether it copies its records with its tables (`state.lake-copy`, until a copy
     /// fails).
     pub(super) copies: bool,
 }
@@ -395,7 +395,7 @@ impl<'a> Runner<'a> {
                     None => target.catalog.load_table(ident).await?,
                 };
                 if copies {
-                    lake_copy = Some(LakeCopy::beside(&table, &job.name, start.checkpoint));
+                    lake_copy = Some(LakeCopy::with_table(&table, &job.name, start.checkpoint));
                 }
                 let sink = TableSink::new(
                     &target.catalog_name,
@@ -893,7 +893,7 @@ pub(super) struct Restored {
 }
 
 /// A stateful job's state where it resumes (open windows, joined streams' rows), and its
-/// sources' watermarks then: the record's (the local one, or its copy beside the tables, see
+/// sources' watermarks then: the record's (the local one, or its copy with the tables, see
 /// [`lake_copy`]), when the job resumes from it. A job resuming from its tables' marks without
 /// a record (lost, or older than what the tables hold, with no copy) would have lost that
 /// state: it fails, saying so, rather than emit incomplete windows or miss joined rows.
@@ -929,7 +929,7 @@ async fn restore_state(
         None => {
             return Err(Error::Plan(format!(
                 "job '{}' keeps state ({}), and its checkpoint record with that state is {} \
-                 (state.dir {}), with no copy of it beside its tables (state.lake-copy): \
+                 (state.dir {}), with no copy of it with its tables (state.lake-copy): \
                  resuming from the offsets its tables carry would lose it. Restore the job's \
                  state folder, or give the job another 'pipeline.name' to start afresh",
                 job.name,
