@@ -41,11 +41,14 @@ const CUMULATE: &str = "SELECT window_start, window_end, region, count(*) AS ord
        sum(quantity) AS items
      FROM CUMULATE(gen, order_time, INTERVAL '10' MINUTE, INTERVAL '1' HOUR)
      GROUP BY window_start, window_end, region";
-/// Each customer's visits: their orders until 20 minutes without one.
-const SESSION: &str = "SELECT window_start, window_end, customer_id, count(*) AS orders,
+/// Bursts of orders of each product in each region: its orders until 5 s without one. Its
+/// records come up to 10 s out of order and the watermark trails by 2 s: a record behind the
+/// watermark whose own session (time + 5 s) is open joins the sessions open when it came, or
+/// starts one beside a session closed already.
+const SESSION: &str = "SELECT window_start, window_end, region, product, count(*) AS orders,
        sum(quantity) AS items, max(order_id) AS last
-     FROM SESSION(gen, order_time, INTERVAL '20' MINUTE)
-     GROUP BY customer_id, window_start, window_end";
+     FROM SESSION(gen, order_time, INTERVAL '5' SECOND)
+     GROUP BY region, product, window_start, window_end";
 
 fn script(interval: &str, delay: &str) -> String {
     format!(
@@ -66,10 +69,11 @@ fn script(interval: &str, delay: &str) -> String {
            window_end TIMESTAMP, region STRING, orders BIGINT, items BIGINT);
          SET 'pipeline.name' = 'running';
          INSERT INTO lake.shop.running {CUMULATE};
-         CREATE TABLE IF NOT EXISTS lake.shop.visits (window_start TIMESTAMP,
-           window_end TIMESTAMP, customer_id BIGINT, orders BIGINT, items BIGINT, last BIGINT);
-         SET 'pipeline.name' = 'visits';
-         INSERT INTO lake.shop.visits {SESSION};",
+         CREATE TABLE IF NOT EXISTS lake.shop.bursts (window_start TIMESTAMP,
+           window_end TIMESTAMP, region STRING, product STRING, orders BIGINT, items BIGINT,
+           last BIGINT);
+         SET 'pipeline.name' = 'bursts';
+         INSERT INTO lake.shop.bursts {SESSION};",
         source(delay)
     )
 }
@@ -80,32 +84,51 @@ fn tables(dir: &Path) -> String {
     let per_minute = q("SELECT * FROM lake.shop.per_minute ORDER BY window_start, region");
     let five = q("SELECT * FROM lake.shop.five_minutes ORDER BY window_start");
     let running = q("SELECT * FROM lake.shop.running ORDER BY window_start, window_end, region");
-    let visits = q("SELECT * FROM lake.shop.visits ORDER BY customer_id, window_start");
+    let bursts = q("SELECT * FROM lake.shop.bursts ORDER BY region, product, window_start");
     let late = q(
         "SELECT job, count(*) AS late, count(DISTINCT payload) AS records,
                     min(error) AS error FROM lake.shop.dead_letters GROUP BY job ORDER BY job",
     );
-    format!("{per_minute}\n{five}\n{running}\n{visits}\n{late}")
+    format!("{per_minute}\n{five}\n{running}\n{bursts}\n{late}")
 }
 
 /// Each window once: no (window, region) twice in the per-minute table, no window twice in
-/// the five-minute one, no two sessions of a customer overlapping.
+/// the five-minute one; each order in one burst or late, no two bursts of a product and region
+/// starting together.
 fn assert_each_window_once(dir: &Path) {
     let out = query_csv(
         dir,
         CATALOG,
-        "SELECT (SELECT count(*) - count(DISTINCT CAST(window_start AS STRING) || region)
-                 FROM lake.shop.per_minute),
-                (SELECT count(*) - count(DISTINCT window_start) FROM lake.shop.five_minutes),
-                (SELECT count(*) FROM lake.shop.visits a JOIN lake.shop.visits b
-                   ON a.customer_id = b.customer_id AND a.last <> b.last
-                   AND a.window_start < b.window_end AND b.window_start < a.window_end)",
+        &format!(
+            "SELECT (SELECT count(*) - count(DISTINCT CAST(window_start AS STRING) || region)
+                     FROM lake.shop.per_minute),
+                    (SELECT count(*) - count(DISTINCT window_start) FROM lake.shop.five_minutes),
+                    (SELECT count(*) - count(DISTINCT region || product
+                                                      || CAST(window_start AS STRING))
+                     FROM lake.shop.bursts),
+                    (SELECT sum(orders) FROM lake.shop.bursts)
+                      + (SELECT count(*) FROM lake.shop.dead_letters WHERE job = 'bursts')
+                      - {ROWS}"
+        ),
     );
     assert_eq!(
         out.lines().nth(1),
-        Some("0,0,0"),
-        "a window emitted twice: {out}"
+        Some("0,0,0,0"),
+        "a window emitted twice, or an order in no burst or two: {out}"
     );
+}
+
+/// Bursts of a product and region that overlap: a record behind the watermark started one
+/// beside a burst closed before it came.
+fn overlapping_bursts(dir: &Path) -> u64 {
+    let out = query_csv(
+        dir,
+        CATALOG,
+        "SELECT count(*) FROM lake.shop.bursts a JOIN lake.shop.bursts b
+           ON a.region = b.region AND a.product = b.product AND a.window_start < b.window_start
+           AND b.window_start < a.window_end",
+    );
+    out.lines().nth(1).and_then(|l| l.parse().ok()).unwrap_or(0)
 }
 
 #[test]
@@ -123,7 +146,7 @@ fn windows_killed_and_restarted_are_emitted_once_with_the_same_rows() {
         expected.contains("per-minute,")
             && expected.contains("five-minutes,")
             && expected.contains("running,")
-            && expected.contains("visits,"),
+            && expected.contains("bursts,"),
         "late records dead-lettered for every job: {expected}"
     );
     assert!(expected.contains("late: its window ended at"), "{expected}");
@@ -133,10 +156,18 @@ fn windows_killed_and_restarted_are_emitted_once_with_the_same_rows() {
             && sessions
                 .lines()
                 .skip(1)
-                .any(|l| l.split(',').nth(3).is_some_and(|n| n != "1")),
+                .any(|l| l.split(',').nth(4).is_some_and(|n| n != "1")),
         "many sessions, some of several orders: {sessions}"
     );
+    assert!(
+        expected.contains("late: its session window (its time + the gap) ended at"),
+        "{expected}"
+    );
     assert_each_window_once(straight.path());
+    assert!(
+        overlapping_bursts(straight.path()) > 0,
+        "records behind the watermark start sessions beside closed ones"
+    );
 
     let (frequent, killed) = assert_same_with_checkpoints_and_kills(
         |interval| script(interval, "2"),
@@ -173,7 +204,7 @@ fn windows_killed_and_restarted_are_emitted_once_with_the_same_rows() {
         ("per-minute", "per_minute"),
         ("five-minutes", "five_minutes"),
         ("running", "running"),
-        ("visits", "visits"),
+        ("bursts", "bursts"),
     ] {
         let copies = state_copies(lost.path(), table, job, "record-");
         let tree = std::process::Command::new("find")
@@ -289,7 +320,7 @@ fn windows_hold_what_a_batch_query_over_the_same_records_gives() {
     let shop = q("SELECT table_name FROM lake.information_schema.tables
                   WHERE table_schema = 'shop' ORDER BY 1");
     assert_eq!(
-        shop, "table_name\nfive_minutes\nper_minute\nrunning\nvisits\n",
+        shop, "table_name\nbursts\nfive_minutes\nper_minute\nrunning\n",
         "no dead letters: no record is late when the watermark allows the disorder"
     );
     let setup = format!("{CATALOG}; {}", source("10"));
@@ -314,26 +345,26 @@ fn windows_hold_what_a_batch_query_over_the_same_records_gives() {
         q("SELECT * FROM lake.shop.running ORDER BY window_start, window_end, region"),
         batch(CUMULATE, "window_start, window_end, region")
     );
-    // Sessions, against their definition in plain SQL: ordered by time, a customer's order
-    // starts a visit when it comes 20 minutes or more after the one before.
-    let visits = batch(
+    // Sessions, against their definition in plain SQL: ordered by time, an order of a
+    // product in a region starts a burst when it comes 5 seconds or more after the one before.
+    let bursts = batch(
         "SELECT min(order_time) AS window_start,
-                max(order_time) + INTERVAL '20' MINUTE AS window_end, customer_id,
+                max(order_time) + INTERVAL '5' SECOND AS window_end, region, product,
                 count(*) AS orders, sum(quantity) AS items, max(order_id) AS last
-         FROM (SELECT *, sum(starts) OVER (PARTITION BY customer_id ORDER BY order_time
-                                           ROWS UNBOUNDED PRECEDING) AS visit
+         FROM (SELECT *, sum(starts) OVER (PARTITION BY region, product ORDER BY order_time
+                                           ROWS UNBOUNDED PRECEDING) AS burst
                FROM (SELECT *, CASE WHEN order_time < lag(order_time) OVER
-                      (PARTITION BY customer_id ORDER BY order_time) + INTERVAL '20' MINUTE
+                      (PARTITION BY region, product ORDER BY order_time) + INTERVAL '5' SECOND
                       THEN 0 ELSE 1 END AS starts FROM gen))
-         GROUP BY customer_id, visit",
-        "customer_id, window_start",
+         GROUP BY region, product, burst",
+        "region, product, window_start",
     );
-    assert!(visits.lines().count() > 1000, "{visits}");
+    assert!(bursts.lines().count() > 1000, "{bursts}");
     assert_eq!(
-        q("SELECT * FROM lake.shop.visits ORDER BY customer_id, window_start"),
-        visits
+        q("SELECT * FROM lake.shop.bursts ORDER BY region, product, window_start"),
+        bursts
     );
-    assert_eq!(batch(SESSION, "customer_id, window_start"), visits);
+    assert_eq!(batch(SESSION, "region, product, window_start"), bursts);
 }
 
 #[test]

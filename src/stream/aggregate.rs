@@ -37,7 +37,9 @@ use datafusion::arrow::array::{
 use datafusion::arrow::compute::{
     cast, concat_batches, filter_record_batch, not, take_record_batch,
 };
-use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampMicrosecondType};
+use datafusion::arrow::datatypes::{
+    DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit, TimestampMicrosecondType,
+};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::DFSchema;
 use datafusion::common::tree_node::{Transformed, TreeNode};
@@ -47,6 +49,7 @@ use datafusion::logical_expr::simplify::SimplifyContext;
 use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan, LogicalPlanBuilder};
 use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::physical_expr::create_physical_expr;
+use datafusion::physical_expr::expressions::Column as PhysicalColumn;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
 use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
 use datafusion::physical_planner::create_aggregate_expr_and_maybe_filter;
@@ -60,6 +63,10 @@ use crate::sql::windows::{SessionGroup, WINDOW_END, origin, reads_processing_tim
 
 /// State batches kept before they are merged into one.
 const COMPACT_AFTER: usize = 32;
+
+/// Over session windows, the group column of the state that holds the watermark its rows
+/// came after, in microseconds: sessions merge in the order their rows arrived.
+const ARRIVAL: &str = "__floe_arrival";
 
 /// A continuous query's stateful step: its aggregate, or its top-N per partition
 /// ([`TopN`], the `ROW_NUMBER()` pattern), with the plans of its stages.
@@ -306,18 +313,33 @@ fn group(
     // Simplified as DataFusion's optimizer would (`coalesce` runs only as a CASE), under
     // their own names, which the plan above reads them by.
     let simplify = simplifier(state, logical_input);
-    let group_by = PhysicalGroupBy::new_single(
-        aggregate
-            .group_expr
-            .iter()
-            .map(|e| {
-                Ok((
-                    create_physical_expr(&simplify(e)?, logical_input, props)?,
-                    datafusion::logical_expr::expr::physical_name(e)?,
-                ))
-            })
-            .collect::<Result<Vec<_>>>()?,
-    );
+    let mut group_exprs = aggregate
+        .group_expr
+        .iter()
+        .map(|e| {
+            Ok((
+                create_physical_expr(&simplify(e)?, logical_input, props)?,
+                datafusion::logical_expr::expr::physical_name(e)?,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let session = SessionGroup::of(aggregate)?;
+    // Over sessions, each row also has the watermark it came after: a group of the state is
+    // its window and that arrival (see [`StreamAggregate::sessions`]).
+    let input = match session {
+        Some(_) => {
+            let mut fields = input.fields().to_vec();
+            fields.push(Arc::new(Field::new(ARRIVAL, DataType::Int64, false)));
+            group_exprs.push((
+                Arc::new(PhysicalColumn::new(ARRIVAL, fields.len() - 1)),
+                ARRIVAL.to_string(),
+            ));
+            Arc::new(Schema::new_with_metadata(fields, input.metadata().clone()))
+        }
+        None => input.clone(),
+    };
+    let input = &input;
+    let group_by = PhysicalGroupBy::new_single(group_exprs);
     let mut aggregates = Vec::new();
     let mut filters = Vec::new();
     for e in &aggregate.aggr_expr {
@@ -353,7 +375,7 @@ fn group(
     let finish = merged(AggregateMode::Final)?;
     let op = Op::Group {
         groups: aggregate.group_expr.len(),
-        session: SessionGroup::of(aggregate)?,
+        session,
         partial,
         reduce,
         finish,
@@ -458,6 +480,12 @@ impl StreamAggregate {
             }
         };
         let finished = match &op {
+            Op::Group {
+                finish,
+                groups,
+                session: Some(_),
+                ..
+            } => Arc::new(without_column(&finish.schema(), *groups)?),
             Op::Group { finish, .. } => finish.schema(),
             Op::Top(top) => top.ranked_schema(),
         };
@@ -507,41 +535,36 @@ impl StreamAggregate {
         };
         let ends = input_end.ends(&rows)?;
         let mut late = Vec::new();
-        let gap = self.session().map(|s| s.gap);
+        // Over sessions, the watermark each row on time came after.
+        let mut arrivals = Vec::new();
+        let session = self.session().is_some();
         for (i, end) in ends.iter().enumerate() {
             // Over processing time, a record's window is open when it is read.
             let watermark = match self.processing_time {
                 true => i64::MIN,
                 false => watermarks.get(i).copied().unwrap_or(i64::MIN),
             };
-            match (end, gap) {
-                (None, _) => late.push((
+            match end {
+                None => late.push((
                     i,
                     Reject::new("the record has no event time (its window is NULL)"),
                 )),
-                // A session closes when the watermark passes its end: a record behind the
-                // watermark may belong to one emitted already.
-                (Some(end), Some(gap)) if (end - gap).saturating_add(self.lateness) < watermark => {
-                    late.push((
-                        i,
-                        Reject::new(format!(
-                            "late: its time {} was behind the watermark ({}), and its session \
-                             may have closed",
-                            show_micros(end - gap),
-                            show_micros(watermark)
-                        )),
-                    ))
-                }
-                (Some(_), Some(_)) => {}
-                (Some(end), None) if end.saturating_add(self.lateness) <= watermark => late.push((
+                // A record is late when the watermark has passed its window's end: over
+                // sessions, its own session window's (its time + the gap), as Flink's.
+                Some(end) if end.saturating_add(self.lateness) <= watermark => late.push((
                     i,
                     Reject::new(format!(
-                        "late: its window ended at {} and the watermark had passed it ({})",
+                        "late: its {} ended at {} and the watermark had passed it ({})",
+                        if session {
+                            "session window (its time + the gap)"
+                        } else {
+                            "window"
+                        },
                         show_micros(end),
                         show_micros(watermark)
                     )),
                 )),
-                (Some(_), None) => {}
+                Some(_) => arrivals.push(watermark),
             }
         }
         let on_time = if late.is_empty() {
@@ -553,6 +576,17 @@ impl StreamAggregate {
             }
             filter_record_batch(&rows, &BooleanArray::from(keep))
                 .map_err(|e| Error::Internal(format!("dropping late rows: {e}")))?
+        };
+        let on_time = match self.arrival() {
+            Some(_) => {
+                let mut fields = on_time.schema().fields().to_vec();
+                fields.push(Arc::new(Field::new(ARRIVAL, DataType::Int64, false)));
+                let schema = Arc::new(Schema::new(fields));
+                let mut columns = on_time.columns().to_vec();
+                columns.push(Arc::new(Int64Array::from(arrivals)));
+                RecordBatch::try_new(schema, columns).map_err(internal)?
+            }
+            None => on_time,
         };
         if on_time.num_rows() > 0 {
             let partial = self.partial(on_time).await?;
@@ -577,7 +611,9 @@ impl StreamAggregate {
             (Some(_), Some(s)) => format!(
                 "Emit: each session once (a key's records until {} without one), when the \
                  watermark passes its end (its last record's time + {}) + {lateness} \
-                 (window.allowed-lateness); records behind the watermark: dead letters ('late')\n",
+                 (window.allowed-lateness); a record joins the sessions open when it came, or is \
+                 a dead letter ('late') when the watermark had passed its own (its time + {})\n",
+                show(s.gap),
                 show(s.gap),
                 show(s.gap)
             ),
@@ -618,10 +654,17 @@ impl StreamAggregate {
                         .trim_end()
                         .replace("AggregateExec: mode=Final, ", "")
                 ),
-                format!(
-                    "each {}'s accumulator state (as AggregateExec mode=Partial gives it)",
-                    if windowed { "open window" } else { "group" }
-                ),
+                match self.session() {
+                    Some(_) => format!(
+                        "each open session's accumulator state (as AggregateExec mode=Partial \
+                         gives it) and the watermark its last row came after ({ARRIVAL}), \
+                         sessions merged in the order their rows came"
+                    ),
+                    None => format!(
+                        "each {}'s accumulator state (as AggregateExec mode=Partial gives it)",
+                        if windowed { "open window" } else { "group" }
+                    ),
+                },
             ),
             Op::Top(top) => (
                 format!(
@@ -672,7 +715,21 @@ impl StreamAggregate {
     /// rows, or the top rows with their rank.
     async fn finish(&self, state: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
         match &self.op {
-            Op::Group { finish, .. } => finish.run(&self.task, state).await,
+            Op::Group { finish, .. } => {
+                let rows = finish.run(&self.task, state).await?;
+                match self.arrival() {
+                    Some(arrival) => rows
+                        .into_iter()
+                        .map(|b| {
+                            let schema = Arc::new(without_column(&b.schema(), arrival)?);
+                            let mut columns = b.columns().to_vec();
+                            columns.remove(arrival);
+                            RecordBatch::try_new(schema, columns).map_err(internal)
+                        })
+                        .collect(),
+                    None => Ok(rows),
+                }
+            }
             Op::Top(top) => Ok(vec![top.rank(&state)?]),
         }
     }
@@ -694,6 +751,19 @@ impl StreamAggregate {
         }
     }
 
+    /// Over `SESSION(...)`, the state's column of each row's arrival ([`ARRIVAL`]): the
+    /// group column after the query's own.
+    fn arrival(&self) -> Option<usize> {
+        match &self.op {
+            Op::Group {
+                groups,
+                session: Some(_),
+                ..
+            } => Some(*groups),
+            _ => None,
+        }
+    }
+
     /// Its session windows, when it aggregates over `SESSION(...)`.
     fn session(&self) -> Option<SessionGroup> {
         match &self.op {
@@ -702,20 +772,33 @@ impl StreamAggregate {
         }
     }
 
-    /// Merge the state's batches into one (their sessions merged).
+    /// Merge the state's batches into one (their sessions merged, unless some of the state is
+    /// on disk).
     pub async fn compact(&self, state: &mut AggregateState) -> Result<()> {
-        if state.batches.len() > 1 || self.session().is_some() {
+        if self.session().is_some() && state.spilled.is_empty() {
             state.batches = self.sessions(std::mem::take(&mut state.batches)).await?;
+        } else if state.batches.len() > 1 {
+            // Sessions are merged only with every row that may touch them at hand: a run on
+            // disk that the watermark has reached since the last emit may hold rows a merge
+            // of these would have to see (a session it holds, open when a row here came and
+            // closed since). Rows of the same window and arrival merge all the same.
+            state.batches = self.merge(std::mem::take(&mut state.batches)).await?;
         }
         state.merged = state.rows();
         Ok(())
     }
 
-    /// State `batches` merged into one batch, the windows of each key's sessions that overlap
-    /// merged into one window first (over `SESSION(...)`): ordered by start, a window starting
-    /// before the end of the session so far extends it.
+    /// State `batches` merged into one batch, each key's sessions merged first (over
+    /// `SESSION(...)`). The rows of a key are taken in the order they arrived (the watermark
+    /// each came after, [`ARRIVAL`]), and a row joins the sessions it overlaps that were still
+    /// open when it came (their end + the allowed lateness past its arrival), as Flink merges
+    /// a record's window with the sessions it holds: a record behind the watermark whose own
+    /// window is open may start a session beside one closed already, never reopen it. The
+    /// merged session's arrival is its last row's, so that merging again (as state is merged
+    /// at any batch or checkpoint) merges nothing more: sessions left apart overlap only
+    /// where one had closed before the other reached it.
     async fn sessions(&self, batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
-        let Some(session) = self.session() else {
+        let (Some(session), Some(arrival)) = (self.session(), self.arrival()) else {
             return self.merge(batches).await;
         };
         let Some(first) = batches.first() else {
@@ -730,6 +813,11 @@ impl StreamAggregate {
         );
         let starts = start_column.ends(&one)?;
         let ends = end_column.ends(&one)?;
+        let arrivals = one
+            .column(arrival)
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| Error::Internal("a session's arrival is not a BIGINT".into()))?
+            .clone();
         let keys = self.keys(&one)?;
         let converter = RowConverter::new(
             keys.iter()
@@ -742,29 +830,48 @@ impl StreamAggregate {
         order.sort_unstable_by(|a, b| {
             rows.row(*a)
                 .cmp(&rows.row(*b))
+                .then(arrivals.value(*a).cmp(&arrivals.value(*b)))
                 .then(starts.value(*a).cmp(&starts.value(*b)))
         });
-        let mut merged_start: Vec<Option<i64>> = vec![None; one.num_rows()];
+        let mut merged_start = vec![0; one.num_rows()];
         let mut merged_end = merged_start.clone();
+        let mut merged_arrival = merged_start.clone();
         let mut i = 0;
         while i < order.len() {
-            let first = order[i];
-            let (start, mut end) = (starts.value(first), ends.value(first));
-            let mut j = i + 1;
-            while j < order.len()
-                && rows.row(order[j]) == rows.row(first)
-                && starts.value(order[j]) < end
-            {
-                end = end.max(ends.value(order[j]));
+            let key = rows.row(order[i]);
+            let mut j = i;
+            // This key's sessions so far: start, end, arrival, and their rows.
+            let mut sessions: Vec<(i64, i64, i64, Vec<usize>)> = Vec::new();
+            while j < order.len() && rows.row(order[j]) == key {
+                let row = order[j];
+                let came = arrivals.value(row);
+                let (mut start, mut end) = (starts.value(row), ends.value(row));
+                let mut members = vec![row];
+                let mut k = 0;
+                while k < sessions.len() {
+                    let (s, e, ..) = sessions[k];
+                    if e.saturating_add(self.lateness) > came && s < end && start < e {
+                        let (s, e, _, rows) = sessions.swap_remove(k);
+                        start = start.min(s);
+                        end = end.max(e);
+                        members.extend(rows);
+                    } else {
+                        k += 1;
+                    }
+                }
+                sessions.push((start, end, came, members));
                 j += 1;
             }
-            for &row in &order[i..j] {
-                merged_start[row] = Some(start);
-                merged_end[row] = Some(end);
+            for (start, end, came, members) in sessions {
+                for row in members {
+                    merged_start[row] = start;
+                    merged_end[row] = end;
+                    merged_arrival[row] = came;
+                }
             }
             i = j;
         }
-        let as_column = |values: Vec<Option<i64>>, like: &ArrayRef| -> Result<ArrayRef> {
+        let as_column = |values: Vec<i64>, like: &ArrayRef| -> Result<ArrayRef> {
             let DataType::Timestamp(_, tz) = like.data_type() else {
                 return Err(Error::Internal(
                     "a session column is not a TIMESTAMP".into(),
@@ -779,6 +886,7 @@ impl StreamAggregate {
         let mut columns = one.columns().to_vec();
         columns[session.start] = as_column(merged_start, one.column(session.start))?;
         columns[session.end] = as_column(merged_end, one.column(session.end))?;
+        columns[arrival] = Arc::new(Int64Array::from(merged_arrival));
         let relabeled = RecordBatch::try_new(one.schema(), columns).map_err(internal)?;
         self.merge(vec![relabeled]).await
     }
@@ -1051,7 +1159,10 @@ impl StreamAggregate {
     }
 
     /// State `batches` split into the rows of windows the watermark closes and the others;
-    /// over sessions, their windows merged first when one may close.
+    /// over sessions, their windows merged first when one may close. Runs left on disk then
+    /// start at or after the watermark, so any session of theirs a row here touches was open
+    /// when the row came, whichever sessions merged: merging these without them merges as
+    /// merging with them would, and merging again with them later finishes it.
     async fn split_closed(
         &self,
         batches: Vec<RecordBatch>,
@@ -1214,6 +1325,12 @@ impl StreamAggregate {
         RecordBatch::try_new_with_options(nullable(&self.input), columns, &options)
             .map_err(|e| Error::Record(Reject::new(format!("the windowed query's rows: {e}"))))
     }
+}
+
+/// `schema` without its column `index`.
+fn without_column(schema: &Schema, index: usize) -> Result<Schema> {
+    let keep: Vec<usize> = (0..schema.fields().len()).filter(|i| *i != index).collect();
+    schema.project(&keep).map_err(internal)
 }
 
 fn internal(e: datafusion::arrow::error::ArrowError) -> Error {

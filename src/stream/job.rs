@@ -897,6 +897,12 @@ pub(super) struct Restored {
 /// [`lake_copy`]), when the job resumes from it. A job resuming from its tables' marks without
 /// a record (lost, or older than what the tables hold, with no copy) would have lost that
 /// state: it fails, saying so, rather than emit incomplete windows or miss joined rows.
+/// The names of `schema`'s columns, for messages.
+fn column_names(schema: &datafusion::arrow::datatypes::Schema) -> String {
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    names.join(", ")
+}
+
 async fn restore_state(
     job: &Job,
     record: Option<&CheckpointRecord>,
@@ -947,11 +953,28 @@ async fn restore_state(
             )));
         }
     };
-    if let (Some(w), Some(file)) = (&mut windows, &saved.windows) {
-        *w = AggregateState::restore(
-            job.store.load_state(&job.name, file)?,
-            saved.spilled.clone(),
-        );
+    if let (Some(w), Some(file), Some(aggregate)) =
+        (&mut windows, &saved.windows, job.query.aggregate())
+    {
+        let batches = job.store.load_state(&job.name, file)?;
+        let expected = aggregate.state_schema();
+        let fits = |schema: &datafusion::arrow::datatypes::Schema| {
+            schema.fields().len() == expected.fields().len()
+                && schema
+                    .fields()
+                    .iter()
+                    .zip(expected.fields())
+                    .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type())
+        };
+        if let Some(other) = batches.iter().find(|b| !fits(&b.schema())) {
+            return Err(Error::Plan(format!(
+                "job '{}' saved state of columns ({}), and its query keeps ({}): the query                  changed since (or an older floe saved it). Give the job another                  'pipeline.name' to start afresh",
+                job.name,
+                column_names(&other.schema()),
+                column_names(&expected)
+            )));
+        }
+        *w = AggregateState::restore(batches, saved.spilled.clone());
     }
     if let Some(k) = &mut kept {
         let joined: std::collections::BTreeSet<&String> = saved

@@ -134,6 +134,99 @@ def test_windows_match_an_independent_computation(run_lake, lake: SqlLake, duck,
     assert by_job == {"per-minute": late_minute, "busy": late_hop}
 
 
+def flink_sessions(events: list[dict], gap_s: int) -> tuple[list[tuple], set[int]]:
+    """Each user's sessions as Flink's window operator merges them, record by record in the
+    order they come: sessions whose end the watermark has passed are emitted; a record whose
+    own window (its time + the gap) the watermark has passed is late; any other opens a
+    window that merges with the user's sessions still open that it overlaps."""
+    gap = dt.timedelta(seconds=gap_s)
+    open_by_user: dict[int, list[dict]] = {}
+    emitted, late = [], set()
+    watermark = None
+    for e in events:
+        ts = dt.datetime.fromisoformat(e["ts"])
+        sessions = open_by_user.setdefault(e["user_id"], [])
+        if watermark is not None:
+            for s in [s for s in sessions if s["end"] <= watermark]:
+                sessions.remove(s)
+                emitted.append((e["user_id"], s))
+        if watermark is not None and ts + gap <= watermark:
+            late.add(e["id"])
+        else:
+            merged = {"start": ts, "end": ts + gap, "events": [e]}
+            for s in [s for s in sessions if s["start"] < merged["end"] and merged["start"] < s["end"]]:
+                sessions.remove(s)
+                merged["start"] = min(merged["start"], s["start"])
+                merged["end"] = max(merged["end"], s["end"])
+                merged["events"] += s["events"]
+            sessions.append(merged)
+        mark = ts - dt.timedelta(seconds=DELAY_S)
+        watermark = mark if watermark is None or mark > watermark else watermark
+    emitted += [(user, s) for user, sessions in open_by_user.items() for s in sessions]
+    rows = sorted(
+        (s["start"], s["end"], user, len(s["events"]), sum(x["latency_ms"] for x in s["events"]))
+        for user, s in emitted
+    )
+    return rows, late
+
+
+def test_sessions_merge_as_flinks_do(run_lake, lake: SqlLake, duck, tmp_path: Path):
+    """Each user's sessions (4 s gap) from events up to 8 s out of order, a 3 s watermark delay:
+    many records come behind the watermark with their own session still open, and join the
+    sessions open when they came or start one beside a session emitted already. floe's
+    sessions and dead letters are those of a record-by-record simulation of Flink's merging."""
+    events = make_events(tmp_path / "events" / "events.jsonl")
+    run_lake(
+        "CREATE SCHEMA lake.web",
+        "CREATE TABLE lake.web.visits (window_start TIMESTAMP, window_end TIMESTAMP, "
+        "user_id BIGINT, views BIGINT, latency BIGINT)",
+        f"CREATE SOURCE events (id BIGINT, user_id BIGINT, region STRING, latency_ms BIGINT, "
+        f"ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '{DELAY_S}' SECOND) "
+        f"WITH ('connector' = 'filesystem', 'path' = '{tmp_path / 'events'}', 'format' = 'json')",
+        f"SET 'state.dir' = '{tmp_path / 'state'}'",
+        "SET 'checkpoint.interval' = '200ms'",
+        "SET 'pipeline.name' = 'visits'",
+        "INSERT INTO lake.web.visits SELECT window_start, window_end, user_id, count(*), "
+        "sum(latency_ms) FROM SESSION(events, ts, INTERVAL '4' SECOND) "
+        "GROUP BY user_id, window_start, window_end",
+        # The same with its state beyond 4 KB on disk.
+        "CREATE TABLE lake.web.visits_spilled AS SELECT * FROM lake.web.visits WHERE false",
+        "SET 'state.memory-budget' = '4kb'",
+        "SET 'pipeline.name' = 'visits-spilled'",
+        "INSERT INTO lake.web.visits_spilled SELECT window_start, window_end, user_id, count(*), "
+        "sum(latency_ms) FROM SESSION(events, ts, INTERVAL '4' SECOND) "
+        "GROUP BY user_id, window_start, window_end",
+    )
+    want, late = flink_sessions(events, 4)
+    behind = late_ids(events, DELAY_S) - late
+    by_user = sorted((user, start, end) for start, end, user, *_ in want)
+    beside = sum(1 for a, b in zip(by_user, by_user[1:]) if a[0] == b[0] and b[1] < a[2])
+    assert len(want) > 300 and late and len(behind) > 100 and beside > 10, (
+        "sessions, late records, records behind the watermark kept, sessions beside emitted ones"
+    )
+
+    catalog = lake.pyiceberg()
+    for table in ("web.visits", "web.visits_spilled"):
+        got = catalog.load_table(table).scan().to_arrow().to_pylist()
+        got = sorted(
+            (r["window_start"], r["window_end"], r["user_id"], r["views"], r["latency"]) for r in got
+        )
+        assert got == want, table
+
+    loc = catalog.load_table("web.visits").metadata_location
+    through_duck = duck.execute(
+        f"SELECT * FROM iceberg_scan('{loc}') ORDER BY window_start, window_end, user_id"
+    ).fetchall()
+    assert sorted(tuple(r) for r in through_duck) == want
+
+    letters = catalog.load_table("web.dead_letters").scan().to_arrow().to_pylist()
+    by_job: dict[str, set[int]] = {}
+    for letter in letters:
+        assert letter["error"].startswith("late: its session window"), letter["error"]
+        by_job.setdefault(letter["job"], set()).add(json.loads(letter["payload"])["id"])
+    assert by_job == {"visits": late, "visits-spilled": late}
+
+
 def late_ids(events: list[dict], delay_s: int) -> set[int]:
     """The ids of records behind their stream's watermark when they came."""
     late, watermark = set(), None
