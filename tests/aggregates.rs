@@ -747,3 +747,107 @@ fn a_routed_job_losing_its_state_folder_at_every_kill_writes_each_window_once() 
     kill_losing_state_and_restart(lost.path(), &script("100ms"), 900);
     assert_eq!(read(lost.path()), expected);
 }
+
+/// Two windowed aggregates over two streams, joined on their windows and region: the orders
+/// of each minute and region beside the returns (a second stream of orders) of the same.
+const ORDERS_AND_RETURNS: &str = "SELECT o.window_start, o.window_end, o.region, o.orders,
+       o.items, r.returns, r.customers
+     FROM (SELECT window_start, window_end, region, count(*) AS orders, sum(quantity) AS items
+           FROM TUMBLE(gen, order_time, INTERVAL '1' MINUTE)
+           GROUP BY window_start, window_end, region) o
+     JOIN (SELECT window_start, window_end, region, count(*) AS returns,
+                  count(DISTINCT customer_id) AS customers
+           FROM TUMBLE(returned, order_time, INTERVAL '1' MINUTE) WHERE status <> 'new'
+           GROUP BY window_start, window_end, region) r
+       ON o.window_start = r.window_start AND o.window_end = r.window_end
+      AND o.region = r.region";
+
+/// The orders and returns sources: no record late (the watermark trails by the whole disorder).
+fn two_sources() -> String {
+    format!(
+        "{};
+         CREATE SOURCE returned (WATERMARK FOR order_time AS order_time - INTERVAL '10' SECOND)
+           WITH ('connector' = 'datagen', 'profile' = 'orders', 'number-of-rows' = '{}',
+           'rows-per-second' = '20000', 'seed' = '7', 'time.disorder' = '10s')",
+        source("10"),
+        ROWS / 2
+    )
+}
+
+#[test]
+fn two_aggregates_joined_on_their_windows_give_the_batch_querys_rows_three_ways() {
+    let script = |interval: &str| {
+        format!(
+            "{CATALOG};
+             CREATE SCHEMA IF NOT EXISTS lake.shop;
+             CREATE TABLE IF NOT EXISTS lake.shop.orders_and_returns (window_start TIMESTAMP,
+               window_end TIMESTAMP, region STRING, orders BIGINT, items BIGINT,
+               returns BIGINT, customers BIGINT);
+             {};
+             SET 'checkpoint.interval' = '{interval}';
+             SET 'pipeline.name' = 'orders-and-returns';
+             INSERT INTO lake.shop.orders_and_returns {ORDERS_AND_RETURNS};",
+            two_sources()
+        )
+    };
+    let rows = |dir: &Path| {
+        query_csv(
+            dir,
+            CATALOG,
+            "SELECT * FROM lake.shop.orders_and_returns ORDER BY window_start, region",
+        )
+    };
+    let straight = tempfile::tempdir().unwrap();
+    run_script_to_end(straight.path(), &script("1h"));
+    let expected = rows(straight.path());
+    // The returns cover the first half of the orders' time: a row per minute and region there.
+    assert!(
+        expected.lines().count() as u64 > ROWS / 2 / 600 * 3,
+        "{expected}"
+    );
+    let batch = query_csv(
+        straight.path(),
+        &format!("{CATALOG}; {}", two_sources()),
+        &format!("SELECT * FROM ({ORDERS_AND_RETURNS}) ORDER BY window_start, region"),
+    );
+    assert_eq!(expected, batch, "the batch query's rows");
+    let plan = query_csv(
+        straight.path(),
+        &format!("{CATALOG}; {}", two_sources()),
+        &format!("EXPLAIN INSERT INTO lake.shop.orders_and_returns {ORDERS_AND_RETURNS}"),
+    );
+    assert!(
+        plan.contains("WindowAggregate: gby=[__floe_branch") && !plan.contains("JoinState"),
+        "one aggregate's state, no join state: {plan}"
+    );
+    assert_same_with_checkpoints_and_kills(script, 700, rows, &expected);
+}
+
+#[test]
+fn two_aggregates_not_over_windows_are_refused_with_the_alternative() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = floe()
+        .current_dir(dir.path())
+        .args([
+            "-q",
+            "-c",
+            &format!(
+                "{CATALOG}; CREATE SCHEMA lake.shop; CREATE TABLE lake.shop.t (region STRING, \
+                 a BIGINT, b BIGINT); {}",
+                two_sources()
+            ),
+            "-c",
+            "INSERT INTO lake.shop.t SELECT o.region, o.n, r.n FROM (SELECT region, count(*) AS n \
+             FROM gen GROUP BY region) o JOIN (SELECT region, count(*) AS n FROM returned \
+             GROUP BY region) r ON o.region = r.region",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains("it has 2 aggregates")
+            && stderr.contains("only over windows"),
+        "{stderr}"
+    );
+}

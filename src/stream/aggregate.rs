@@ -266,7 +266,7 @@ pub fn stateful_node(plan: &LogicalPlan) -> Option<&LogicalPlan> {
 }
 
 /// The aggregates and windows of `plan` with none below them.
-fn lowest_stateful(plan: &LogicalPlan) -> Vec<&LogicalPlan> {
+pub(super) fn lowest_stateful(plan: &LogicalPlan) -> Vec<&LogicalPlan> {
     let below: Vec<&LogicalPlan> = plan
         .inputs()
         .into_iter()
@@ -439,9 +439,10 @@ impl StreamAggregate {
         };
         if nodes.iter().any(|n| *n != node) {
             return Err(unsupported(
-                "it aggregates the streams twice (two aggregates or top-Ns over them); a \
-                 continuous query aggregates its streams once, and any query may read that \
-                 aggregate's rows (a CTE read twice is one aggregate)",
+                "it keeps the top N of the streams beside another stateful step (a second \
+                 top-N, or an aggregate); a continuous query keeps one top-N, or aggregates \
+                 (over windows, several aggregates joined on their windows run as one), and \
+                 any query may read its rows (a CTE read twice is one step)",
             ));
         }
         let (op, windows) = match node {

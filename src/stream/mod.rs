@@ -3,6 +3,7 @@
 
 pub mod aggregate;
 pub mod barrier;
+pub mod branches;
 pub mod job;
 pub mod lookup;
 pub mod maintain;

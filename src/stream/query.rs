@@ -28,6 +28,7 @@ use datafusion::physical_plan::execution_plan::reset_plan_states;
 use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
 
 use super::aggregate::{StreamAggregate, prune_below_aggregates, stateful_node};
+use super::branches::merge_aggregates;
 use super::lookup::{Lookups, unsupported_join};
 use super::planner::{Planned, QueryPlanner, missing_column};
 use super::slot::{BatchSlot, INPUT_ROW, SlotTable};
@@ -411,6 +412,7 @@ impl ContinuousQuery {
             match self.planner.plan(tables).await {
                 Ok(mut planned) => {
                     planned.plan = self.lookups.wrap(planned.plan)?;
+                    planned.plan = merge_aggregates(planned.plan)?;
                     planned.plan = prune_below_aggregates(planned.plan)?;
                     return Ok((planned, inputs));
                 }
