@@ -36,6 +36,7 @@ pub static JOBS_COLUMNS: LazyLock<SchemaRef> = LazyLock::new(|| {
         Field::new("records_in", DataType::UInt64, false),
         Field::new("records_out", DataType::UInt64, false),
         Field::new("records_dead_lettered", DataType::UInt64, false),
+        Field::new("records_late", DataType::UInt64, false),
         Field::new("records_per_second", DataType::Float64, false),
         Field::new("lag", DataType::UInt64, true),
         Field::new("last_checkpoint", DataType::UInt64, false),
@@ -111,6 +112,7 @@ fn batch(rows: &[JobRow]) -> Result<RecordBatch> {
             counts(|r| r.records_in),
             counts(|r| r.records_out),
             counts(|r| r.records_dead),
+            counts(|r| r.records_late),
             Arc::new(Float64Array::from_iter_values(
                 rows.iter().map(|r| (r.rate * 10.0).round() / 10.0),
             )),

@@ -5,6 +5,7 @@
 //! floe_job_records_in_total{job="..."}            records read from the sources
 //! floe_job_records_out_total{job="..."}           rows written to the target
 //! floe_job_records_dead_lettered_total{job="..."} records sent to the dead-letter table
+//! floe_job_records_late_total{job="..."}       of those, late for their window or join
 //! floe_job_last_checkpoint{job="..."}             the last checkpoint id
 //! floe_job_last_checkpoint_timestamp_seconds{job="..."}
 //! floe_job_checkpoint_duration_seconds{job="..."} how long the last checkpoint took
@@ -51,6 +52,12 @@ pub fn render(rows: &[JobRow]) -> String {
         "counter",
         "Records sent to the dead-letter table.",
         &|r| r.records_dead.to_string(),
+    );
+    family(
+        "floe_job_records_late_total",
+        "counter",
+        "Records later than their window or join allowed, sent to the dead-letter table.",
+        &|r| r.records_late.to_string(),
     );
     family(
         "floe_job_last_checkpoint",

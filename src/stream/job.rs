@@ -21,7 +21,7 @@ use super::aggregate::{AggregateState, StateFiles};
 use super::barrier::Committing;
 use super::maintain::Maintainer;
 use super::query::{ContinuousQuery, Output};
-use super::status::{JobState, JobStatus};
+use super::status::{JobState, JobStatus, LATE};
 use super::stream_join::JoinBuffers;
 use super::watermark::WatermarkTracker;
 use crate::checkpoint::resume::{load_if_there, marks_in};
@@ -856,6 +856,11 @@ impl<'a> Runner<'a> {
     async fn dead_letter(&mut self, letters: Vec<DeadLetter>) -> Result<()> {
         let n = self.dead.write(&letters).await?;
         self.job.status.records_dead.fetch_add(n, Ordering::Relaxed);
+        let late = letters.iter().filter(|l| l.error.starts_with(LATE)).count();
+        self.job
+            .status
+            .records_late
+            .fetch_add(late as u64, Ordering::Relaxed);
         Ok(())
     }
 }

@@ -8,6 +8,10 @@ use std::time::Instant;
 use iceberg::TableIdent;
 use iceberg::table::Table;
 
+/// How the reason of every late record's dead letter starts (behind its window, or its
+/// join's reach): `SHOW JOBS` counts them apart.
+pub const LATE: &str = "late: ";
+
 /// A job's life cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobState {
@@ -47,6 +51,8 @@ pub struct JobStatus {
     pub records_in: AtomicU64,
     pub records_out: AtomicU64,
     pub records_dead: AtomicU64,
+    /// Of those, the records later than their window or join allowed ('late: ...').
+    pub records_late: AtomicU64,
     pub checkpoint: AtomicU64,
     pub checkpoint_time_ms: AtomicU64,
     /// How long the last checkpoint took, and the table commits within it, in ms.
@@ -145,6 +151,7 @@ impl JobStatus {
             records_in: AtomicU64::new(0),
             records_out: AtomicU64::new(0),
             records_dead: AtomicU64::new(0),
+            records_late: AtomicU64::new(0),
             checkpoint: AtomicU64::new(0),
             checkpoint_time_ms: AtomicU64::new(0),
             checkpoint_duration_ms: AtomicU64::new(0),
