@@ -63,6 +63,16 @@ def on_time(events: list[dict], size_s: int, slide_s: int) -> tuple[list[dict], 
     return kept, late
 
 
+def dead_letter_ids(catalog, table: str, reason: str, by: str = "job") -> dict[str, set[int]]:
+    """The ids of the records dead-lettered into `table`, by job (or source), each letter's
+    reason checked to start with `reason`."""
+    ids: dict[str, set[int]] = {}
+    for letter in catalog.load_table(table).scan().to_arrow().to_pylist():
+        assert letter["error"].startswith(reason), letter["error"]
+        ids.setdefault(letter[by], set()).add(json.loads(letter["payload"])["id"])
+    return ids
+
+
 def expected(duck, rows: list[dict], sql: str) -> list[tuple]:
     import pyarrow as pa
 
@@ -126,11 +136,7 @@ def test_windows_match_an_independent_computation(run_lake, lake: SqlLake, duck,
     assert [tuple(r.values()) for r in busy.to_pylist()] == want_hops
 
     # The late records, and only they, are dead letters, each with its line and the reason.
-    letters = catalog.load_table("web.dead_letters").scan().to_arrow().to_pylist()
-    by_job: dict[str, set[int]] = {}
-    for letter in letters:
-        assert letter["error"].startswith("late: its window ended at"), letter["error"]
-        by_job.setdefault(letter["job"], set()).add(json.loads(letter["payload"])["id"])
+    by_job = dead_letter_ids(catalog, "web.dead_letters", "late: its window ended at")
     assert by_job == {"per-minute": late_minute, "busy": late_hop}
 
 
@@ -219,11 +225,7 @@ def test_sessions_merge_as_flinks_do(run_lake, lake: SqlLake, duck, tmp_path: Pa
     ).fetchall()
     assert sorted(tuple(r) for r in through_duck) == want
 
-    letters = catalog.load_table("web.dead_letters").scan().to_arrow().to_pylist()
-    by_job: dict[str, set[int]] = {}
-    for letter in letters:
-        assert letter["error"].startswith("late: its session window"), letter["error"]
-        by_job.setdefault(letter["job"], set()).add(json.loads(letter["payload"])["id"])
+    by_job = dead_letter_ids(catalog, "web.dead_letters", "late: its session window")
     assert by_job == {"visits": late, "visits-spilled": late}
 
 
@@ -294,9 +296,7 @@ def test_interval_join_matches_an_independent_computation(run_lake, lake: SqlLak
     got = sorted(tuple(r.values()) for r in got.to_pylist())
     assert got == [tuple(r) for r in want]
 
-    letters = lake.pyiceberg().load_table("ads.dead_letters").scan().to_arrow().to_pylist()
-    by_source: dict[str, set[int]] = {}
-    for letter in letters:
-        assert letter["error"].startswith("late: its ts is behind the watermark"), letter["error"]
-        by_source.setdefault(letter["source"], set()).add(json.loads(letter["payload"])["id"])
+    by_source = dead_letter_ids(
+        lake.pyiceberg(), "ads.dead_letters", "late: its ts is behind the watermark", by="source"
+    )
     assert by_source == {"clicks": late_clicks, "impressions": late_impressions}
