@@ -520,6 +520,7 @@ impl StreamAggregate {
         state: &mut AggregateState,
         rows: RecordBatch,
         watermarks: &[i64],
+        files: &StateFiles<'_>,
     ) -> Result<Vec<(usize, Reject)>> {
         let rows = self.conform(rows)?;
         let Some((input_end, _)) = self.windows else {
@@ -536,28 +537,32 @@ impl StreamAggregate {
         };
         let ends = input_end.ends(&rows)?;
         let mut late = Vec::new();
-        // Over sessions, the watermark each row on time came after.
-        let mut arrivals = Vec::new();
         let session = self.session().is_some();
-        for (i, end) in ends.iter().enumerate() {
-            // Over processing time, a record's window is open when it is read.
-            let watermark = match self.processing_time {
+        // The watermark each row came after (over processing time, none: a record's window
+        // is open when it is read).
+        let marks: Vec<i64> = (0..rows.num_rows())
+            .map(|i| match self.processing_time {
                 true => i64::MIN,
                 false => watermarks.get(i).copied().unwrap_or(i64::MIN),
-            };
+            })
+            .collect();
+        for (i, end) in ends.iter().enumerate() {
+            let watermark = marks[i];
             match end {
                 None => late.push((
                     i,
                     Reject::new("the record has no event time (its window is NULL)"),
                 )),
                 // A record is late when the watermark has passed its window's end: over
-                // sessions, its own session window's (its time + the gap), as Flink's.
+                // sessions, its own session window's (its time + the gap) and every session
+                // of its key it falls in, as Flink's (see `open_sessions_hold`).
                 Some(end) if end.saturating_add(self.lateness) <= watermark => late.push((
                     i,
                     Reject::new(format!(
                         "late: its {} ended at {} and the watermark had passed it ({})",
                         if session {
-                            "session window (its time + the gap)"
+                            "session window (its time + the gap, and any session of its key \
+                             around it)"
                         } else {
                             "window"
                         },
@@ -565,9 +570,25 @@ impl StreamAggregate {
                         show_micros(watermark)
                     )),
                 )),
-                Some(_) => arrivals.push(watermark),
+                Some(_) => {}
             }
         }
+        let rows = match self.arrival() {
+            Some(_) => {
+                let mut fields = rows.schema().fields().to_vec();
+                fields.push(Arc::new(Field::new(ARRIVAL, DataType::Int64, false)));
+                let schema = Arc::new(Schema::new(fields));
+                let mut columns = rows.columns().to_vec();
+                columns.push(Arc::new(Int64Array::from(marks)));
+                let rows = RecordBatch::try_new(schema, columns).map_err(internal)?;
+                if !late.is_empty() && !self.processing_time {
+                    let held = self.open_sessions_hold(state, &rows, &late, files)?;
+                    late.retain(|(i, _)| !held.contains(i));
+                }
+                rows
+            }
+            None => rows,
+        };
         let on_time = if late.is_empty() {
             rows
         } else {
@@ -577,17 +598,6 @@ impl StreamAggregate {
             }
             filter_record_batch(&rows, &BooleanArray::from(keep))
                 .map_err(|e| Error::Internal(format!("dropping late rows: {e}")))?
-        };
-        let on_time = match self.arrival() {
-            Some(_) => {
-                let mut fields = on_time.schema().fields().to_vec();
-                fields.push(Arc::new(Field::new(ARRIVAL, DataType::Int64, false)));
-                let schema = Arc::new(Schema::new(fields));
-                let mut columns = on_time.columns().to_vec();
-                columns.push(Arc::new(Int64Array::from(arrivals)));
-                RecordBatch::try_new(schema, columns).map_err(internal)?
-            }
-            None => on_time,
         };
         if on_time.num_rows() > 0 {
             let partial = self.partial(on_time).await?;
@@ -599,6 +609,174 @@ impl StreamAggregate {
             }
         }
         Ok(late)
+    }
+
+    /// Over sessions: which of the `late` rows of `rows` (the aggregate's input with each
+    /// row's arrival) fall in a session of their key that was open when they came, whose end
+    /// the watermark has not passed. Flink merges such a record's window into that session,
+    /// and so does floe: the key's sessions are merged as of the record's arrival from every
+    /// row of its key in the state (in memory, and in the part of each run on disk that holds
+    /// the key) and in this batch before it. Late rows are rare (behind the watermark by more
+    /// than the gap), so this reads little.
+    fn open_sessions_hold(
+        &self,
+        state: &AggregateState,
+        rows: &RecordBatch,
+        late: &[(usize, Reject)],
+        files: &StateFiles<'_>,
+    ) -> Result<HashSet<usize>> {
+        let (
+            Some(session),
+            Some(arrival),
+            Op::Group {
+                partial, groups, ..
+            },
+        ) = (self.session(), self.arrival(), &self.op)
+        else {
+            return Ok(HashSet::new());
+        };
+        let exec = partial
+            .exec
+            .as_any()
+            .downcast_ref::<AggregateExec>()
+            .ok_or_else(|| Error::Internal("a partial aggregate that is not one".into()))?;
+        // The rows' groups as the state holds them: the partial aggregate's group columns.
+        let n = rows.num_rows();
+        let values = exec
+            .group_expr()
+            .expr()
+            .iter()
+            .map(|(e, _)| e.evaluate(rows).and_then(|v| v.into_array(n)))
+            .collect::<datafusion::error::Result<Vec<ArrayRef>>>()?;
+        let key_columns: Vec<usize> = (0..*groups)
+            .filter(|i| *i != session.start && *i != session.end)
+            .collect();
+        let converter = RowConverter::new(
+            key_columns
+                .iter()
+                .map(|i| SortField::new(values[*i].data_type().clone()))
+                .collect(),
+        )
+        .map_err(internal)?;
+        let keys = converter
+            .convert_columns(
+                &key_columns
+                    .iter()
+                    .map(|i| values[*i].clone())
+                    .collect::<Vec<_>>(),
+            )
+            .map_err(internal)?;
+        let micros = |a: &ArrayRef| -> Result<Int64Array> {
+            let batch = RecordBatch::try_from_iter([("t", a.clone())]).map_err(internal)?;
+            WindowColumn { index: 0 }.ends(&batch)
+        };
+        let (starts, ends) = (
+            micros(&values[session.start])?,
+            micros(&values[session.end])?,
+        );
+        let arrivals = values[arrival]
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| Error::Internal("a session's arrival is not a BIGINT".into()))?
+            .clone();
+        let candidates: Vec<usize> = late
+            .iter()
+            .map(|(i, _)| *i)
+            .filter(|i| ends.is_valid(*i) && starts.is_valid(*i))
+            .collect();
+        if candidates.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let wanted: HashSet<Vec<u8>> = candidates
+            .iter()
+            .map(|i| keys.row(*i).as_ref().to_vec())
+            .collect();
+        // The state's rows of those keys.
+        let mut units: std::collections::HashMap<Vec<u8>, Vec<SessionUnit>> = Default::default();
+        let mut add = |batch: &RecordBatch| -> Result<()> {
+            let held = converter
+                .convert_columns(&self.keys(batch)?)
+                .map_err(internal)?;
+            let starts = WindowColumn {
+                index: session.start,
+            }
+            .ends(batch)?;
+            let ends = WindowColumn { index: session.end }.ends(batch)?;
+            let arrivals = batch.column(arrival).as_primitive::<Int64Type>();
+            for (r, key) in held.iter().enumerate() {
+                if wanted.contains(key.as_ref()) {
+                    units
+                        .entry(key.as_ref().to_vec())
+                        .or_default()
+                        .push(SessionUnit {
+                            start: starts.value(r),
+                            end: ends.value(r),
+                            arrival: arrivals.value(r),
+                            row: usize::MAX,
+                        });
+                }
+            }
+            Ok(())
+        };
+        for batch in &state.batches {
+            add(batch)?;
+        }
+        let parts: std::collections::BTreeSet<usize> = wanted
+            .iter()
+            .map(|k| (stable_hash(k) % SPILL_PARTS as u64) as usize)
+            .collect();
+        // A run's sessions start at or after its `first_end` - 1: only a run starting before a
+        // late row's window ends can hold it (rare: runs left on disk start at or after the
+        // watermark).
+        let last_end = candidates
+            .iter()
+            .map(|i| ends.value(*i))
+            .max()
+            .unwrap_or(i64::MIN);
+        for run in state
+            .spilled
+            .iter()
+            .filter(|run| run.first_end.saturating_sub(1) < last_end)
+        {
+            for p in &parts {
+                let file = run
+                    .files
+                    .get(*p)
+                    .ok_or_else(|| Error::Internal(format!("a spilled run without part {p}")))?;
+                for batch in files.store.load_state(files.job, file)? {
+                    add(&batch)?;
+                }
+            }
+        }
+        let is_late: HashSet<usize> = late.iter().map(|(i, _)| *i).collect();
+        // This batch's rows of those keys, in the order they came.
+        let mut batch_rows: std::collections::HashMap<&[u8], Vec<usize>> = Default::default();
+        for j in 0..n {
+            if wanted.contains(keys.row(j).as_ref()) && ends.is_valid(j) && starts.is_valid(j) {
+                batch_rows.entry(keys.row(j).data()).or_default().push(j);
+            }
+        }
+        // Each key's sessions as the state holds them, then its rows here one by one, as
+        // Flink's: a row on time joins (or starts) a session, a late one joins the open
+        // sessions it falls in, if any.
+        let mut held = HashSet::new();
+        for (key, mut rows) in batch_rows {
+            let mut sessions = SessionMerger::new(self.lateness);
+            sessions.merge(units.remove(key).unwrap_or_default());
+            rows.sort_by_key(|j| arrivals.value(*j));
+            for j in rows {
+                let unit = SessionUnit {
+                    start: starts.value(j),
+                    end: ends.value(j),
+                    arrival: arrivals.value(j),
+                    row: j,
+                };
+                let late = is_late.contains(&j);
+                if sessions.join(&unit, late) && late {
+                    held.insert(j);
+                }
+            }
+        }
+        Ok(held)
     }
 
     /// How the aggregate runs, for `EXPLAIN`: where it emits, its state, its plans.
@@ -828,49 +1006,33 @@ impl StreamAggregate {
         .map_err(internal)?;
         let rows = converter.convert_columns(&keys).map_err(internal)?;
         let mut order: Vec<usize> = (0..one.num_rows()).collect();
-        order.sort_unstable_by(|a, b| {
-            rows.row(*a)
-                .cmp(&rows.row(*b))
-                .then(arrivals.value(*a).cmp(&arrivals.value(*b)))
-                .then(starts.value(*a).cmp(&starts.value(*b)))
-        });
+        order.sort_unstable_by(|a, b| rows.row(*a).cmp(&rows.row(*b)));
         let mut merged_start = vec![0; one.num_rows()];
         let mut merged_end = merged_start.clone();
         let mut merged_arrival = merged_start.clone();
         let mut i = 0;
         while i < order.len() {
             let key = rows.row(order[i]);
-            let mut j = i;
-            // This key's sessions so far: start, end, arrival, and their rows.
-            let mut sessions: Vec<(i64, i64, i64, Vec<usize>)> = Vec::new();
-            while j < order.len() && rows.row(order[j]) == key {
-                let row = order[j];
-                let came = arrivals.value(row);
-                let (mut start, mut end) = (starts.value(row), ends.value(row));
-                let mut members = vec![row];
-                let mut k = 0;
-                while k < sessions.len() {
-                    let (s, e, ..) = sessions[k];
-                    if e.saturating_add(self.lateness) > came && s < end && start < e {
-                        let (s, e, _, rows) = sessions.swap_remove(k);
-                        start = start.min(s);
-                        end = end.max(e);
-                        members.extend(rows);
-                    } else {
-                        k += 1;
-                    }
-                }
-                sessions.push((start, end, came, members));
-                j += 1;
+            let mut units = Vec::new();
+            while i < order.len() && rows.row(order[i]) == key {
+                let row = order[i];
+                units.push(SessionUnit {
+                    start: starts.value(row),
+                    end: ends.value(row),
+                    arrival: arrivals.value(row),
+                    row,
+                });
+                i += 1;
             }
-            for (start, end, came, members) in sessions {
-                for row in members {
-                    merged_start[row] = start;
-                    merged_end[row] = end;
-                    merged_arrival[row] = came;
+            let mut merger = SessionMerger::new(self.lateness);
+            merger.merge(units);
+            for session in merger.sessions() {
+                for row in session.rows {
+                    merged_start[row] = session.start;
+                    merged_end[row] = session.end;
+                    merged_arrival[row] = session.arrival;
                 }
             }
-            i = j;
         }
         let as_column = |values: Vec<i64>, like: &ArrayRef| -> Result<ArrayRef> {
             let DataType::Timestamp(_, tz) = like.data_type() else {
@@ -1328,6 +1490,139 @@ impl StreamAggregate {
     }
 }
 
+/// A row of a key's session state (or a record's own session window): its window, the
+/// watermark it came after, and where it is.
+#[derive(Debug, Clone, Copy)]
+struct SessionUnit {
+    start: i64,
+    end: i64,
+    arrival: i64,
+    row: usize,
+}
+
+/// A key's session: its window, its last row's arrival, and its rows.
+#[derive(Debug)]
+struct Session {
+    start: i64,
+    end: i64,
+    arrival: i64,
+    rows: Vec<usize>,
+}
+
+/// One key's sessions merged as Flink's window operator merges them, record by record in the
+/// order they came: a unit (a row, or a session of the state) joins the sessions it overlaps
+/// that were open when it came (their end + `lateness` past its arrival); the others, closed,
+/// stay apart and are never looked at again.
+struct SessionMerger {
+    lateness: i64,
+    /// The sessions open at `arrival`, and those closed.
+    open: Vec<Session>,
+    closed: Vec<Session>,
+    arrival: i64,
+}
+
+impl SessionMerger {
+    fn new(lateness: i64) -> Self {
+        Self {
+            lateness,
+            open: Vec::new(),
+            closed: Vec::new(),
+            arrival: i64::MIN,
+        }
+    }
+
+    fn is_closed(&self, unit: &SessionUnit) -> bool {
+        unit.end.saturating_add(self.lateness) <= unit.arrival
+    }
+
+    /// Sessions the watermark `arrival` closed set apart (watermarks only grow).
+    fn advance(&mut self, arrival: i64) {
+        if arrival <= self.arrival {
+            return;
+        }
+        self.arrival = arrival;
+        let lateness = self.lateness;
+        let (open, closed): (Vec<Session>, Vec<Session>) = std::mem::take(&mut self.open)
+            .into_iter()
+            .partition(|s| s.end.saturating_add(lateness) > arrival);
+        self.open = open;
+        self.closed.extend(closed);
+    }
+
+    /// `unit` merged into the open sessions it overlaps, or a session of its own; when `held`
+    /// (its own window had closed when it came), only into open sessions: false when none.
+    fn join(&mut self, unit: &SessionUnit, held: bool) -> bool {
+        self.advance(unit.arrival);
+        let overlaps = |s: &Session, start: i64, end: i64| {
+            s.end.saturating_add(self.lateness) > unit.arrival && s.start < end && start < s.end
+        };
+        if held && !self.open.iter().any(|s| overlaps(s, unit.start, unit.end)) {
+            return false;
+        }
+        let mut merged = Session {
+            start: unit.start,
+            end: unit.end,
+            arrival: unit.arrival,
+            rows: vec![unit.row],
+        };
+        let mut k = 0;
+        while k < self.open.len() {
+            if overlaps(&self.open[k], merged.start, merged.end) {
+                let other = self.open.swap_remove(k);
+                merged.start = merged.start.min(other.start);
+                merged.end = merged.end.max(other.end);
+                merged.arrival = merged.arrival.max(other.arrival);
+                merged.rows.extend(other.rows);
+            } else {
+                k += 1;
+            }
+        }
+        self.open.push(merged);
+        true
+    }
+
+    /// `units` merged in the order they came. Units of one arrival merge the same in any
+    /// order, but for those whose own window had closed when they came (kept because a session
+    /// open then held them, see [`StreamAggregate::open_sessions_hold`]): they join after the
+    /// others of their arrival, each once a session it overlaps is there, as each had one
+    /// when it came.
+    fn merge(&mut self, mut units: Vec<SessionUnit>) {
+        units.sort_by_key(|u| (u.arrival, self.is_closed(u), u.start));
+        let mut pending: Vec<SessionUnit> = Vec::new();
+        for unit in units {
+            if pending.first().is_some_and(|p| p.arrival != unit.arrival) {
+                self.settle(&mut pending);
+            }
+            if self.is_closed(&unit) {
+                pending.push(unit);
+            } else {
+                self.join(&unit, false);
+            }
+        }
+        self.settle(&mut pending);
+    }
+
+    /// Held units in turn, each once a session it overlaps is there.
+    fn settle(&mut self, pending: &mut Vec<SessionUnit>) {
+        while !pending.is_empty() {
+            let before = pending.len();
+            pending.retain(|u| !self.join(u, true));
+            if pending.len() == before {
+                break;
+            }
+        }
+        for unit in pending.drain(..) {
+            self.join(&unit, false);
+        }
+    }
+
+    fn sessions(self) -> Vec<Session> {
+        let mut all = self.closed;
+        all.extend(self.open);
+        all
+    }
+}
+
 /// `schema` without its column `index`.
 fn without_column(schema: &Schema, index: usize) -> Result<Schema> {
     let keep: Vec<usize> = (0..schema.fields().len()).filter(|i| *i != index).collect();
@@ -1367,4 +1662,69 @@ fn show_micros(micros: i64) -> String {
     chrono::DateTime::from_timestamp_micros(micros)
         .map(|t| t.naive_utc().to_string())
         .unwrap_or_else(|| micros.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SessionMerger, SessionUnit};
+
+    fn unit(start: i64, end: i64, arrival: i64, row: usize) -> SessionUnit {
+        SessionUnit {
+            start,
+            end,
+            arrival,
+            row,
+        }
+    }
+
+    fn merged(units: Vec<SessionUnit>) -> Vec<(i64, i64, Vec<usize>)> {
+        let mut merger = SessionMerger::new(0);
+        merger.merge(units);
+        let mut out: Vec<_> = merger
+            .sessions()
+            .into_iter()
+            .map(|mut s| {
+                s.rows.sort_unstable();
+                (s.start, s.end, s.rows)
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn a_row_joins_only_the_sessions_open_when_it_came() {
+        // [0, 10) closed at watermark 10; a row at [5, 15) arriving then starts its own
+        // session beside it, and one at [12, 22) joins that.
+        let sessions = merged(vec![
+            unit(0, 10, 0, 0),
+            unit(5, 15, 10, 1),
+            unit(12, 22, 11, 2),
+        ]);
+        assert_eq!(sessions, vec![(0, 10, vec![0]), (5, 22, vec![1, 2])]);
+    }
+
+    #[test]
+    fn a_held_row_joins_after_the_rows_of_its_arrival_that_hold_it() {
+        // Row 1's own window [2, 4) had closed at watermark 5, but the longer session [0, 9)
+        // open then holds it; listed first, it still joins once that session is there.
+        let sessions = merged(vec![unit(2, 4, 5, 1), unit(0, 6, 5, 0), unit(3, 9, 5, 2)]);
+        assert_eq!(sessions, vec![(0, 9, vec![0, 1, 2])]);
+        // Rows of a later arrival never merge into a session closed by then.
+        let sessions = merged(vec![unit(0, 6, 5, 0), unit(4, 8, 7, 1)]);
+        assert_eq!(sessions, vec![(0, 6, vec![0]), (4, 8, vec![1])]);
+    }
+
+    #[test]
+    fn a_lone_held_row_stays_a_session_of_its_own() {
+        // Kept (it was checked when it came) though nothing of its arrival overlaps it here.
+        let mut merger = SessionMerger::new(0);
+        merger.merge(vec![unit(0, 3, 5, 0)]);
+        assert!(
+            !merger.join(&unit(1, 2, 6, 1), true),
+            "no open session holds it"
+        );
+        let sessions: Vec<_> = merger.sessions().into_iter().map(|s| s.rows).collect();
+        assert_eq!(sessions, vec![vec![0]]);
+    }
 }

@@ -816,11 +816,13 @@ impl<'a> Runner<'a> {
                     .collect(),
                 None => vec![watermarks.first().copied().unwrap_or(i64::MIN); out.rows.num_rows()],
             };
-            let late = aggregate.absorb(state, out.rows.clone(), &marks).await?;
             let files = StateFiles {
                 store: &self.job.store,
                 job: &self.job.name,
             };
+            let late = aggregate
+                .absorb(state, out.rows.clone(), &marks, &files)
+                .await?;
             aggregate.spill(state, &files).await?;
             let origins = origins.zip(out.inputs).map(|(o, inputs)| o.through(inputs));
             let rejected = late
