@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use floe::Session;
 
 /// A runtime with one worker: benchmarks measure one core.
+#[allow(dead_code)]
 pub fn one_core() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
