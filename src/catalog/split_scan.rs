@@ -16,6 +16,8 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::stats::Precision;
+use datafusion::common::{ColumnStatistics, Statistics};
 use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::Expr;
@@ -195,6 +197,21 @@ impl ExecutionPlan for LakeScanExec {
         Ok(self)
     }
 
+    /// What the manifests tell of the rows read: their count (before deletes and the filters
+    /// DataFusion applies above) and their size in memory, estimated from the columns' types,
+    /// so that DataFusion builds a join's hash table on the smaller side.
+    fn partition_statistics(&self, partition: Option<usize>) -> DFResult<Statistics> {
+        let tasks: Vec<&FileScanTask> = match partition {
+            Some(p) => self
+                .groups
+                .get(p)
+                .map(|g| g.iter().collect())
+                .unwrap_or_default(),
+            None => self.groups.iter().flatten().collect(),
+        };
+        Ok(estimate(&self.schema, &tasks, self.limit))
+    }
+
     fn execute(
         &self,
         partition: usize,
@@ -238,6 +255,35 @@ impl ExecutionPlan for LakeScanExec {
                 .boxed();
         }
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, rows)))
+    }
+}
+
+/// Bytes a value of a column of variable width is taken to hold in memory.
+const VARIABLE_WIDTH: usize = 16;
+
+/// Inexact statistics of reading `tasks` for `schema` (at most `limit` rows): the files' row
+/// counts, and each column's bytes as its type's width (or [`VARIABLE_WIDTH`]) per row.
+fn estimate(schema: &SchemaRef, tasks: &[&FileScanTask], limit: Option<usize>) -> Statistics {
+    let rows: Option<u64> = tasks.iter().map(|t| t.record_count).sum();
+    let Some(rows) = rows.map(|r| limit.map_or(r as usize, |l| l.min(r as usize))) else {
+        return Statistics::new_unknown(schema);
+    };
+    let column_statistics: Vec<ColumnStatistics> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let width = f.data_type().primitive_width().unwrap_or(VARIABLE_WIDTH);
+            ColumnStatistics::new_unknown().with_byte_size(Precision::Inexact(rows * width))
+        })
+        .collect();
+    let bytes = column_statistics
+        .iter()
+        .filter_map(|c| c.byte_size.get_value().copied())
+        .sum();
+    Statistics {
+        num_rows: Precision::Inexact(rows),
+        total_byte_size: Precision::Inexact(bytes),
+        column_statistics,
     }
 }
 
