@@ -25,8 +25,9 @@ use crate::failpoint;
 use crate::lake::commit::row_delta::{RowDelta, prepare_evolving_row_delta};
 use crate::lake::commit::{self, Committer, EvolvingAppend, prepare, staged};
 use crate::lake::dead_letter::{DeadLetter, batch, ensure_table, row_json};
-use crate::lake::upsert;
+use crate::lake::{runtime, upsert};
 use crate::schema::merge::{merge_schemas, remap_spec};
+use crate::task::joined;
 
 /// Summary key: the job that wrote a snapshot.
 pub const SUMMARY_JOB: &str = "floe.job";
@@ -120,6 +121,7 @@ impl Mark {
                 time_ms: 0,
                 copy: md.properties().get(&copy_property(job)).cloned(),
             });
+        // The latest first, its offsets parsed after: a table keeps a snapshot per commit.
         let in_snapshots = md
             .snapshots()
             .filter_map(|s| {
@@ -127,15 +129,20 @@ impl Mark {
                 if summary.get(SUMMARY_JOB).map(String::as_str) != Some(job) {
                     return None;
                 }
-                Some(Self {
+                let checkpoint: u64 = summary.get(SUMMARY_CHECKPOINT)?.parse().ok()?;
+                Some((checkpoint, s))
+            })
+            .max_by_key(|(checkpoint, _)| *checkpoint)
+            .map(|(checkpoint, s)| {
+                let summary = &s.summary().additional_properties;
+                Self {
                     job: job.to_string(),
-                    checkpoint: summary.get(SUMMARY_CHECKPOINT)?.parse().ok()?,
+                    checkpoint,
                     offsets: offsets(summary.get(SUMMARY_OFFSETS)),
                     time_ms: s.timestamp_ms(),
                     copy: summary.get(SUMMARY_COPY).cloned(),
-                })
-            })
-            .max_by_key(|m| m.checkpoint);
+                }
+            });
         match (in_properties, in_snapshots) {
             (Some(p), Some(s)) if p.checkpoint > s.checkpoint => Some(p),
             (p, s) => s.or(p),
@@ -192,32 +199,55 @@ pub fn committed_checkpoint(table: &Table, job: &str) -> Option<u64> {
 /// Tables committed at once by [`commit_all`].
 const PARALLEL_COMMITS: usize = 8;
 
-/// Commit every table of a checkpoint record, several at a time (each table's commit is
-/// independent; a checkpoint of many tables would otherwise wait on each in turn). `known`
-/// holds tables as the job last saw them (saving a catalog load each; a stale one only costs
-/// a retry). Returns the tables as committed.
+/// Commit every table of a checkpoint record, several at a time, each as a task of its own
+/// on the write runtime (each table's commit is independent, and its work, manifests and
+/// metadata, grows with the table's history: a checkpoint of many tables would otherwise
+/// wait on each in turn, on one core). `known` holds tables as the job last saw them
+/// (saving a catalog load each; a stale one only costs a retry). Returns the tables as
+/// committed.
 pub async fn commit_all(
     catalog: &Arc<dyn Catalog>,
-    committer: Option<&Committer>,
+    committer: Option<&Arc<Committer>>,
     record: &CheckpointRecord,
     known: &HashMap<TableIdent, Table>,
 ) -> Result<HashMap<TableIdent, Table>> {
-    let mark = Mark::of(record);
-    let mut committed = HashMap::new();
-    for chunk in record.tables.chunks(PARALLEL_COMMITS) {
-        let commits = chunk.iter().map(|p| async {
-            let ident = p.ident()?;
-            let dead = record.dead_letters.as_ref();
-            let table = commit_once(catalog, committer, p, &mark, dead, known.get(&ident)).await?;
-            if record.tables.len() > 1 {
+    use futures::StreamExt;
+    let mark = Arc::new(Mark::of(record));
+    let many = record.tables.len() > 1;
+    let inputs: Vec<(PendingCommit, Option<Table>)> = record
+        .tables
+        .iter()
+        .map(|p| {
+            (
+                p.clone(),
+                p.ident().ok().and_then(|i| known.get(&i)).cloned(),
+            )
+        })
+        .collect();
+    let (catalog, committer) = (catalog.clone(), committer.cloned());
+    let dead = record.dead_letters.clone();
+    let commits = inputs.into_iter().map(move |(pending, known)| {
+        let (catalog, committer) = (catalog.clone(), committer.clone());
+        let (mark, dead) = (mark.clone(), dead.clone());
+        runtime::spawn(async move {
+            let ident = pending.ident()?;
+            let c = committer.as_deref();
+            let table =
+                commit_once(&catalog, c, &pending, &mark, dead.as_ref(), known.as_ref()).await?;
+            if many {
                 failpoint::reach(failpoint::BETWEEN_COMMITS);
             }
             Ok::<_, Error>((ident, table))
-        });
-        for (ident, table) in futures::future::try_join_all(commits).await? {
-            if let Some(t) = table {
-                committed.insert(ident, t);
-            }
+        })
+    });
+    // Spawned as they are reached: at most PARALLEL_COMMITS at once. The first error drops
+    // the rest (a task dropped is aborted; what it committed, the next attempt finds).
+    let mut commits = futures::stream::iter(commits).buffer_unordered(PARALLEL_COMMITS);
+    let mut committed = HashMap::new();
+    while let Some(done) = commits.next().await {
+        let (ident, table) = joined(async { done }, "table commit task").await?;
+        if let Some(t) = table {
+            committed.insert(ident, t);
         }
     }
     failpoint::reach(failpoint::AFTER_COMMITS);

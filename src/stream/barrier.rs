@@ -113,7 +113,7 @@ impl Runner<'_> {
         let task = runtime::spawn(async move {
             commit_all(
                 &target.catalog,
-                target.committer.as_deref(),
+                target.committer.as_ref(),
                 &committed,
                 &known,
             )

@@ -347,7 +347,7 @@ impl<'a> Runner<'a> {
             // table it was written for).
             let committed = commit_all(
                 &target.catalog,
-                target.committer.as_deref(),
+                target.committer.as_ref(),
                 record,
                 &HashMap::new(),
             )
