@@ -134,3 +134,67 @@ async fn schema_spec_and_data_land_in_one_commit() {
     .await;
     assert!(eu.contains("| 2 |"), "{eu}");
 }
+
+/// The manifests of the table named `table`, by content (0 data, 1 deletes).
+async fn manifests(session: &floe::Session, table: &str) -> (usize, usize) {
+    let content = common::first_column(
+        session,
+        &format!("SELECT content FROM lake.e.\"{table}$manifests\""),
+    )
+    .await;
+    let data = content.iter().filter(|c| *c == "0").count();
+    (data, content.len() - data)
+}
+
+/// A table that commits often keeps few manifests: a commit that finds 100 small ones of a
+/// kind lists their files in one (Iceberg's merge append), for appends and for deletes, and
+/// the rows read are the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_manifests_merge_as_commits_accumulate() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = lake_session(
+        dir.path(),
+        "CREATE SCHEMA lake.e; CREATE TABLE lake.e.t (id BIGINT NOT NULL, v STRING);",
+    )
+    .await;
+    for i in 0..100 {
+        session
+            .sql(&format!("INSERT INTO lake.e.t VALUES ({i}, 'v{i}')"))
+            .await
+            .unwrap();
+    }
+    // One manifest per commit, up to the hundredth...
+    assert_eq!(manifests(&session, "t").await, (100, 0));
+    for i in 100..130 {
+        session
+            .sql(&format!("INSERT INTO lake.e.t VALUES ({i}, 'v{i}')"))
+            .await
+            .unwrap();
+    }
+    // ...which the next commit merged into one (beside its own), and 29 commits since.
+    assert_eq!(manifests(&session, "t").await, (31, 0));
+    let totals = "SELECT count(*) AS n, sum(id) AS s, count(DISTINCT v) AS d FROM lake.e.t";
+    assert!(
+        rows(&session, totals)
+            .await
+            .contains("| 130 | 8385 | 130 |")
+    );
+    // The merged manifest lists the first hundred files as existing ones.
+    let listed = rows(
+        &session,
+        "SELECT sum(added_data_files_count) AS a, sum(existing_data_files_count) AS e \
+         FROM lake.e.\"t$manifests\"",
+    )
+    .await;
+    assert!(listed.contains("| 30 | 100 |"), "{listed}");
+    // Deletes: a delete manifest per DELETE, up to the hundredth, merged by the next; four
+    // since.
+    for i in 0..105 {
+        session
+            .sql(&format!("DELETE FROM lake.e.t WHERE id = {i}"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(manifests(&session, "t").await, (31, 6));
+    assert!(rows(&session, totals).await.contains("| 25 | 2925 | 25 |"));
+}

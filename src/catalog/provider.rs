@@ -26,6 +26,7 @@ use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableIdent};
 use super::metadata::{MetadataTable, metadata_table};
 use super::table::LakeTable;
 use crate::error::Error;
+use crate::lake::commit::Committer;
 
 /// Run an async catalog call from one of DataFusion's synchronous callbacks.
 fn block_on<F: Future>(f: F) -> F::Output {
@@ -37,13 +38,20 @@ fn block_on<F: Future>(f: F) -> F::Output {
 pub struct LakeCatalogProvider {
     name: String,
     catalog: Arc<dyn Catalog>,
+    /// floe's own commit path to it, where it has one (INSERTs commit through it).
+    committer: Option<Arc<Committer>>,
 }
 
 impl LakeCatalogProvider {
-    pub fn new(name: impl Into<String>, catalog: Arc<dyn Catalog>) -> Self {
+    pub fn new(
+        name: impl Into<String>,
+        catalog: Arc<dyn Catalog>,
+        committer: Option<Arc<Committer>>,
+    ) -> Self {
         Self {
             name: name.into(),
             catalog,
+            committer,
         }
     }
 }
@@ -65,6 +73,7 @@ impl CatalogProvider for LakeCatalogProvider {
         Some(Arc::new(LakeSchemaProvider {
             catalog_name: self.name.clone(),
             catalog: self.catalog.clone(),
+            committer: self.committer.clone(),
             namespace,
         }))
     }
@@ -87,6 +96,7 @@ impl CatalogProvider for LakeCatalogProvider {
 pub struct LakeSchemaProvider {
     catalog_name: String,
     catalog: Arc<dyn Catalog>,
+    committer: Option<Arc<Committer>>,
     namespace: NamespaceIdent,
 }
 
@@ -166,7 +176,9 @@ impl SchemaProvider for LakeSchemaProvider {
             Err(e) => return Err(e),
         };
         let Some(suffix) = suffix else {
-            let table = LakeTable::try_new(table, self.catalog.clone()).await?;
+            let table = LakeTable::try_new(table, self.catalog.clone())
+                .await?
+                .committing_with(self.committer.clone());
             return Ok(Some(Arc::new(table)));
         };
         if let Some(id) = suffix.strip_prefix("version=") {

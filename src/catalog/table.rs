@@ -19,11 +19,14 @@ use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::StreamExt;
 use iceberg::Catalog;
+use iceberg::spec::FormatVersion;
 use iceberg::table::Table;
 use iceberg_datafusion::IcebergStaticTableProvider;
 
 use super::evolved_scan;
 use crate::error::Error;
+use crate::lake::commit::{Committer, EvolvingAppend};
+use crate::lake::maintenance::Maintained;
 use crate::lake::{TableWriter, commit};
 
 /// A table of an Iceberg catalog, as loaded for one statement.
@@ -37,6 +40,9 @@ pub struct LakeTable {
     own_reader: bool,
     /// The snapshot a query travels to (read-only), or the current one.
     snapshot: Option<i64>,
+    /// floe's own commit path to its catalog, where there is one: INSERTs commit through it
+    /// (merging manifests as they accumulate), else through iceberg-rust's append.
+    committer: Option<Arc<Committer>>,
 }
 
 impl LakeTable {
@@ -50,7 +56,14 @@ impl LakeTable {
             reader: Arc::new(reader),
             own_reader,
             snapshot: None,
+            committer: None,
         })
+    }
+
+    /// The table, its INSERTs committed through `committer` (when there is one).
+    pub fn committing_with(mut self, committer: Option<Arc<Committer>>) -> Self {
+        self.committer = committer;
+        self
     }
 
     /// The table as it was at snapshot `id` (time travel), for reading only; iceberg-rust
@@ -68,6 +81,7 @@ impl LakeTable {
             reader: Arc::new(reader),
             own_reader: false,
             snapshot: Some(id),
+            committer: None,
         })
     }
 
@@ -154,6 +168,7 @@ impl TableProvider for LakeTable {
         let sink = AppendSink {
             table: self.table.clone(),
             catalog: self.catalog.clone(),
+            committer: self.committer.clone(),
             schema: self.schema(),
         };
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
@@ -166,6 +181,7 @@ impl TableProvider for LakeTable {
 struct AppendSink {
     table: Table,
     catalog: Arc<dyn Catalog>,
+    committer: Option<Arc<Committer>>,
     schema: SchemaRef,
 }
 
@@ -197,14 +213,36 @@ impl DataSink for AppendSink {
         let rows = writer.rows();
         let files = writer.close().await?;
         let summary = HashMap::from([("floe.operation".to_string(), "insert".to_string())]);
-        commit::append(
-            &self.catalog,
-            &self.table,
-            files,
-            summary,
-            Default::default(),
-        )
-        .await?;
+        let own = self
+            .committer
+            .clone()
+            .filter(|_| self.table.metadata().format_version() != FormatVersion::V1);
+        let Some(committer) = own.filter(|_| !files.is_empty()) else {
+            let (catalog, table) = (&self.catalog, &self.table);
+            commit::append(catalog, table, files, summary, HashMap::new()).await?;
+            return Ok(rows);
+        };
+        // floe's own path: the same snapshot, with the table's small manifests merged as
+        // they accumulate (`lake::commit::merge`); prepared again on the table as another
+        // writer left it when that writer won.
+        let spec_id = self.table.metadata().default_partition_spec_id();
+        let target = Maintained {
+            catalog: self.catalog.clone(),
+            committer,
+            ident: self.table.identifier().clone(),
+        };
+        target
+            .commit(|base| {
+                let change = EvolvingAppend {
+                    schema: None,
+                    spec: None,
+                    files: vec![(spec_id, files.clone())],
+                    summary: summary.clone(),
+                    properties: HashMap::new(),
+                };
+                async move { Ok(Some((commit::prepare(&base, change).await?, ()))) }
+            })
+            .await?;
         Ok(rows)
     }
 }

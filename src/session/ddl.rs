@@ -41,7 +41,11 @@ impl Session {
         let handle = connect(&s.name, catalog_config(options)?).await?;
         self.ctx.register_catalog(
             &s.name,
-            Arc::new(LakeCatalogProvider::new(&s.name, handle.catalog.clone())),
+            Arc::new(LakeCatalogProvider::new(
+                &s.name,
+                handle.catalog.clone(),
+                handle.committer.clone(),
+            )),
         );
         if let Ok(mut c) = self.catalogs.write() {
             c.insert(s.name.clone(), handle);

@@ -213,6 +213,48 @@ def test_changes_match_a_model_in_every_reader(
     assert ops.count("delete") == 4 and ops.count("overwrite") == 8, ops
 
 
+def test_manifests_merged_as_commits_accumulate_read_alike_everywhere(
+    floe_bin: Path, lake: SqlLake, tmp_path: Path, duck, version: int
+):
+    """A table committed to often: the commit that finds 100 small manifests of a kind
+    lists their files in one (as Iceberg's merge append does), for inserts and deletes
+    alike. Every reader reads the same rows from the merged manifests (their entries keep
+    the sequence numbers deletes are applied by), and the table keeps few manifests."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    model = {i: (f"n{i}", i % 100) for i in range(130)}
+    statements = [
+        f"INSERT INTO lake.shop.customers VALUES ({i}, 'n{i}', {i % 100})" for i in model
+    ]
+    # A delete file per deleted row's file: 105 deletes, each a commit of its own.
+    gone = list(range(0, 130, 2)) + list(range(1, 80, 2))
+    statements += [f"DELETE FROM lake.shop.customers WHERE id = {i}" for i in gone]
+    run_floe_in(
+        floe_bin,
+        workdir,
+        lake.ddl(),
+        "CREATE SCHEMA lake.shop",
+        "CREATE TABLE lake.shop.customers (id BIGINT, name STRING, score INT, "
+        "PRIMARY KEY (id) NOT ENFORCED) PARTITIONED BY (bucket(4, id)) "
+        + with_version(version),
+        *statements,
+    )
+    for i in gone:
+        del model[i]
+    assert rows_everywhere(lake, floe_bin, workdir, duck) == expected(model)
+    table = lake.pyiceberg().load_table("shop.customers")
+    check_delete_files(table, version)
+    manifests = table.current_snapshot().manifests(table.io)
+    data = [m for m in manifests if m.content == 0]
+    deletes = [m for m in manifests if m.content == 1]
+    # 130 appends: 100 merged into one by the 101st, 29 since, and its own; 105 deletes
+    # the same way: one merged, four since and the last's own.
+    assert (len(data), len(deletes)) == (31, 6), [m.manifest_path for m in manifests]
+    existing = sum(m.existing_files_count or 0 for m in manifests)
+    assert existing == 200, "the merged manifests list their files as existing ones"
+    assert len(table.snapshots()) == 130 + 105
+
+
 def test_compaction_folds_deletes_in(
     floe_bin: Path, lake: SqlLake, tmp_path: Path, duck, version: int
 ):

@@ -150,6 +150,7 @@ pub async fn prepare(base: &Table, append: EvolvingAppend) -> Result<Prepared> {
     let io = base.file_io();
     let summary = summary(&staged, md, &append.files, append.summary);
     let mut written = Vec::new();
+    let mut next = append.files.len();
     for (n, (spec_id, files)) in append.files.into_iter().enumerate() {
         if files.is_empty() {
             continue;
@@ -171,7 +172,9 @@ pub async fn prepare(base: &Table, append: EvolvingAppend) -> Result<Prepared> {
     let mut manifests = Vec::new();
     if let Some(current) = md.current_snapshot() {
         let list = base.manifest_list_reader(current).load().await?;
-        manifests.extend(list.entries().iter().cloned());
+        let ids = (snapshot_id, commit_id);
+        let kept = list.entries().to_vec();
+        manifests = super::merge::merge_small(&staged, io, kept, ids, &mut next).await?;
     }
     manifests.extend(written);
     let snapshot = super::snapshot::write(

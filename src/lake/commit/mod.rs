@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! data files (lake::writer) ─┬─ no schema/spec change, format v1 ─> append (iceberg-rust fast_append)
-//!                            └─ otherwise ─> evolving::prepare: manifests, manifest list,
+//!                            └─ otherwise ─> evolving::prepare: manifests (small ones merged
+//!                                            as they accumulate: merge), manifest list,
 //!                                            snapshot, schema/spec updates  (nothing visible)
 //!                                               │
 //!                                   Committer ──┼─ sql:  compare-and-set of the metadata location
@@ -17,6 +18,7 @@
 pub mod append;
 pub mod evolving;
 pub mod glue;
+pub mod merge;
 pub mod replace;
 pub mod rest;
 pub mod row_delta;

@@ -336,7 +336,7 @@ pub async fn prepare_manifest_rewrite(
 }
 
 /// The data and file sequence numbers of a live entry (inherited when it was loaded).
-fn sequence_numbers(e: &ManifestEntry) -> Result<(i64, Option<i64>)> {
+pub(super) fn sequence_numbers(e: &ManifestEntry) -> Result<(i64, Option<i64>)> {
     let seq = e.sequence_number.ok_or_else(|| {
         Error::Internal(format!(
             "manifest entry {} has no sequence number",

@@ -130,9 +130,10 @@ pub async fn prepare_row_delta(base: &Table, delta: &RowDelta) -> Result<Prepare
     };
     if let Some(current) = md.current_snapshot() {
         let list = base.manifest_list_reader(current).load().await?;
+        let mut kept = Vec::new();
         for file in list.entries() {
             if replaced.is_empty() || file.content != ManifestContentType::Deletes {
-                manifests.push(file.clone());
+                kept.push(file.clone());
                 continue;
             }
             let scoped = |e: &ManifestEntry| {
@@ -147,9 +148,11 @@ pub async fn prepare_row_delta(base: &Table, delta: &RowDelta) -> Result<Prepare
                         collector.remove_file(&f, schema.clone(), spec.clone());
                     }
                 }
-                None => manifests.push(file.clone()),
+                None => kept.push(file.clone()),
             }
         }
+        let ids = (id, commit_id);
+        manifests.extend(super::merge::merge_small(md, io, kept, ids, &mut n).await?);
     }
     let mut by_spec: BTreeMap<i32, Vec<&DataFile>> = BTreeMap::new();
     for (d, spec_id) in &delta.deletes {
