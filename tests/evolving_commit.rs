@@ -135,6 +135,16 @@ async fn schema_spec_and_data_land_in_one_commit() {
     assert!(eu.contains("| 2 |"), "{eu}");
 }
 
+/// Run each of `statements` on its own (each a commit).
+async fn one_by_one(session: &floe::Session, statements: impl Iterator<Item = String>) {
+    for sql in statements {
+        session
+            .sql(&sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+}
+
 /// The manifests of the table named `table`, by content (0 data, 1 deletes).
 async fn manifests(session: &floe::Session, table: &str) -> (usize, usize) {
     let content = common::first_column(
@@ -157,20 +167,11 @@ async fn small_manifests_merge_as_commits_accumulate() {
         "CREATE SCHEMA lake.e; CREATE TABLE lake.e.t (id BIGINT NOT NULL, v STRING);",
     )
     .await;
-    for i in 0..100 {
-        session
-            .sql(&format!("INSERT INTO lake.e.t VALUES ({i}, 'v{i}')"))
-            .await
-            .unwrap();
-    }
+    let insert = |i| format!("INSERT INTO lake.e.t VALUES ({i}, 'v{i}')");
+    one_by_one(&session, (0..100).map(insert)).await;
     // One manifest per commit, up to the hundredth...
     assert_eq!(manifests(&session, "t").await, (100, 0));
-    for i in 100..130 {
-        session
-            .sql(&format!("INSERT INTO lake.e.t VALUES ({i}, 'v{i}')"))
-            .await
-            .unwrap();
-    }
+    one_by_one(&session, (100..130).map(insert)).await;
     // ...which the next commit merged into one (beside its own), and 29 commits since.
     assert_eq!(manifests(&session, "t").await, (31, 0));
     let totals = "SELECT count(*) AS n, sum(id) AS s, count(DISTINCT v) AS d FROM lake.e.t";
@@ -189,12 +190,8 @@ async fn small_manifests_merge_as_commits_accumulate() {
     assert!(listed.contains("| 30 | 100 |"), "{listed}");
     // Deletes: a delete manifest per DELETE, up to the hundredth, merged by the next; four
     // since.
-    for i in 0..105 {
-        session
-            .sql(&format!("DELETE FROM lake.e.t WHERE id = {i}"))
-            .await
-            .unwrap();
-    }
+    let delete = |i| format!("DELETE FROM lake.e.t WHERE id = {i}");
+    one_by_one(&session, (0..105).map(delete)).await;
     assert_eq!(manifests(&session, "t").await, (31, 6));
     assert!(rows(&session, totals).await.contains("| 25 | 2925 | 25 |"));
 }

@@ -71,6 +71,23 @@ def check_delete_files(table, version: int) -> list[dict]:
     return deletes
 
 
+def create_customers(
+    floe_bin: Path, lake: SqlLake, workdir: Path, version: int, statements: list[str]
+) -> None:
+    """Create lake.shop.customers (id key, bucketed) and run `statements` after, in one
+    floe process."""
+    run_floe_in(
+        floe_bin,
+        workdir,
+        lake.ddl(),
+        "CREATE SCHEMA lake.shop",
+        "CREATE TABLE lake.shop.customers (id BIGINT, name STRING, score INT, "
+        "PRIMARY KEY (id) NOT ENFORCED) PARTITIONED BY (bucket(4, id)) "
+        + with_version(version),
+        *statements,
+    )
+
+
 def customers(
     floe_bin: Path, lake: SqlLake, workdir: Path, batches: int = 4, version: int = 2
 ) -> dict:
@@ -85,16 +102,7 @@ def customers(
             f"({i}, '{model[i][0]}', {model[i][1]})" for i in range(b * per, (b + 1) * per)
         )
         inserts.append(f"INSERT INTO lake.shop.customers VALUES {values}")
-    run_floe_in(
-        floe_bin,
-        workdir,
-        lake.ddl(),
-        "CREATE SCHEMA lake.shop",
-        "CREATE TABLE lake.shop.customers (id BIGINT, name STRING, score INT, "
-        "PRIMARY KEY (id) NOT ENFORCED) PARTITIONED BY (bucket(4, id)) "
-        + with_version(version),
-        *inserts,
-    )
+    create_customers(floe_bin, lake, workdir, version, inserts)
     return model
 
 
@@ -229,16 +237,7 @@ def test_manifests_merged_as_commits_accumulate_read_alike_everywhere(
     # A delete file per deleted row's file: 105 deletes, each a commit of its own.
     gone = list(range(0, 130, 2)) + list(range(1, 80, 2))
     statements += [f"DELETE FROM lake.shop.customers WHERE id = {i}" for i in gone]
-    run_floe_in(
-        floe_bin,
-        workdir,
-        lake.ddl(),
-        "CREATE SCHEMA lake.shop",
-        "CREATE TABLE lake.shop.customers (id BIGINT, name STRING, score INT, "
-        "PRIMARY KEY (id) NOT ENFORCED) PARTITIONED BY (bucket(4, id)) "
-        + with_version(version),
-        *statements,
-    )
+    create_customers(floe_bin, lake, workdir, version, statements)
     for i in gone:
         del model[i]
     assert rows_everywhere(lake, floe_bin, workdir, duck) == expected(model)
