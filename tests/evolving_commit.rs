@@ -157,14 +157,15 @@ async fn manifests(session: &floe::Session, table: &str) -> (usize, usize) {
 }
 
 /// A table that commits often keeps few manifests: a commit that finds 100 small ones of a
-/// kind lists their files in one (Iceberg's merge append), for appends and for deletes, and
-/// the rows read are the same.
+/// kind (the table's `commit.manifest.min-count-to-merge`) lists their files in one
+/// (Iceberg's merge append), for appends and for deletes, and the rows read are the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_manifests_merge_as_commits_accumulate() {
     let dir = tempfile::tempdir().unwrap();
     let session = lake_session(
         dir.path(),
-        "CREATE SCHEMA lake.e; CREATE TABLE lake.e.t (id BIGINT NOT NULL, v STRING);",
+        "CREATE SCHEMA lake.e; CREATE TABLE lake.e.t (id BIGINT NOT NULL, v STRING)
+         WITH ('commit.manifest.min-count-to-merge' = '100');",
     )
     .await;
     let insert = |i| format!("INSERT INTO lake.e.t VALUES ({i}, 'v{i}')");
@@ -194,4 +195,16 @@ async fn small_manifests_merge_as_commits_accumulate() {
     one_by_one(&session, (0..105).map(delete)).await;
     assert_eq!(manifests(&session, "t").await, (31, 6));
     assert!(rows(&session, totals).await.contains("| 25 | 2925 | 25 |"));
+    // A table's properties say when: here at two; never when turned off.
+    for (table, enabled, left) in [("two", "true", 2), ("never", "false", 5)] {
+        let create = format!(
+            "CREATE TABLE lake.e.{table} (id BIGINT) WITH (
+               'commit.manifest.min-count-to-merge' = '2',
+               'commit.manifest-merge.enabled' = '{enabled}')"
+        );
+        one_by_one(&session, std::iter::once(create)).await;
+        let insert = |i| format!("INSERT INTO lake.e.{table} VALUES ({i})");
+        one_by_one(&session, (0..5).map(insert)).await;
+        assert_eq!(manifests(&session, table).await, (left, 0), "{table}");
+    }
 }

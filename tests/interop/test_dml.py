@@ -25,8 +25,9 @@ def version(request) -> int:
     return request.param
 
 
-def with_version(version: int) -> str:
-    return f"WITH ('format-version' = '{version}')"
+def with_version(version: int, *properties: str) -> str:
+    listed = ", ".join((f"'format-version' = '{version}'",) + properties)
+    return f"WITH ({listed})"
 
 
 def deleted_by(file: dict) -> set[str]:
@@ -72,10 +73,15 @@ def check_delete_files(table, version: int) -> list[dict]:
 
 
 def create_customers(
-    floe_bin: Path, lake: SqlLake, workdir: Path, version: int, statements: list[str]
+    floe_bin: Path,
+    lake: SqlLake,
+    workdir: Path,
+    version: int,
+    statements: list[str],
+    *properties: str,
 ) -> None:
-    """Create lake.shop.customers (id key, bucketed) and run `statements` after, in one
-    floe process."""
+    """Create lake.shop.customers (id key, bucketed, with table `properties`) and run
+    `statements` after, in one floe process."""
     run_floe_in(
         floe_bin,
         workdir,
@@ -83,7 +89,7 @@ def create_customers(
         "CREATE SCHEMA lake.shop",
         "CREATE TABLE lake.shop.customers (id BIGINT, name STRING, score INT, "
         "PRIMARY KEY (id) NOT ENFORCED) PARTITIONED BY (bucket(4, id)) "
-        + with_version(version),
+        + with_version(version, *properties),
         *statements,
     )
 
@@ -224,8 +230,8 @@ def test_changes_match_a_model_in_every_reader(
 def test_manifests_merged_as_commits_accumulate_read_alike_everywhere(
     floe_bin: Path, lake: SqlLake, tmp_path: Path, duck, version: int
 ):
-    """A table committed to often: the commit that finds 100 small manifests of a kind
-    lists their files in one (as Iceberg's merge append does), for inserts and deletes
+    """A table committed to often: the commit that finds 100 small manifests of a kind (its
+    commit.manifest.min-count-to-merge) lists their files in one (as Iceberg's merge append does), for inserts and deletes
     alike. Every reader reads the same rows from the merged manifests (their entries keep
     the sequence numbers deletes are applied by), and the table keeps few manifests."""
     workdir = tmp_path / "work"
@@ -237,7 +243,14 @@ def test_manifests_merged_as_commits_accumulate_read_alike_everywhere(
     # A delete file per deleted row's file: 105 deletes, each a commit of its own.
     gone = list(range(0, 130, 2)) + list(range(1, 80, 2))
     statements += [f"DELETE FROM lake.shop.customers WHERE id = {i}" for i in gone]
-    create_customers(floe_bin, lake, workdir, version, statements)
+    create_customers(
+        floe_bin,
+        lake,
+        workdir,
+        version,
+        statements,
+        "'commit.manifest.min-count-to-merge' = '100'",
+    )
     for i in gone:
         del model[i]
     assert rows_everywhere(lake, floe_bin, workdir, duck) == expected(model)
