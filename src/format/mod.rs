@@ -24,13 +24,14 @@ use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::array::{ArrayRef, BinaryArray, BooleanArray, RecordBatch, StringArray};
 use datafusion::arrow::compute::concat_batches;
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 
 use crate::error::{Error, Result};
 use crate::schema::changes::{
     Changes, SOURCE_TABLE_COLUMN, with_change_columns, with_changes, with_columns,
 };
-use crate::schema::infer::{ShapeCache, record_shape, shape_key};
+use crate::schema::infer::{ShapeCache, record_shape};
+use crate::schema::shape_key;
 use crate::sql::Options;
 use crate::sql::options::unsupported;
 use avro::AvroDecoder;
@@ -354,29 +355,40 @@ fn message_key(avro: &AvroDecoder, key: Option<&[u8]>) -> debezium::MessageKey {
 
 /// Decode `records` (JSON objects) into a schema per record shape.
 fn decode_shapes(format: Format, inference: &Inference, records: &[&[u8]]) -> Result<Decoded> {
-    // Group the records by shape, in order of first appearance.
+    // Group the records by shape, in order of first appearance: by the shape's key where it
+    // can be read off the record, by the shape built otherwise. A shape's schema is one `Arc`
+    // in the cache, so groups are found by its address.
     let mut errors = Vec::new();
     let mut groups: Vec<(SchemaRef, Vec<usize>)> = Vec::new();
-    let mut by_key: HashMap<SchemaRef, usize> = HashMap::new();
-    let mut key = String::new();
+    let mut by_schema: HashMap<*const Schema, usize> = HashMap::new();
+    let mut key = Vec::new();
     {
         let mut shapes = inference
             .shapes
             .lock()
             .map_err(|_| Error::Internal("shape cache lock poisoned".into()))?;
         for (i, r) in records.iter().enumerate() {
-            match record_shape(r, inference.timestamps) {
-                Ok(fields) => {
-                    shape_key(&fields, &mut key);
-                    let schema = shapes.schema(&key, &fields);
-                    let g = *by_key.entry(schema.clone()).or_insert_with(|| {
-                        groups.push((schema, Vec::new()));
-                        groups.len() - 1
-                    });
-                    groups[g].1.push(i);
-                }
-                Err(e) => errors.push((i, e)),
-            }
+            let known = shape_key::scan(r, inference.timestamps, &mut key)
+                .then(|| shapes.get(&key))
+                .flatten();
+            let schema = match known {
+                Some(schema) => schema,
+                None => match record_shape(r, inference.timestamps) {
+                    Ok(fields) => {
+                        shape_key::write(&fields, &mut key);
+                        shapes.schema(&key, &fields)
+                    }
+                    Err(e) => {
+                        errors.push((i, e));
+                        continue;
+                    }
+                },
+            };
+            let g = *by_schema.entry(Arc::as_ptr(&schema)).or_insert_with(|| {
+                groups.push((schema, Vec::new()));
+                groups.len() - 1
+            });
+            groups[g].1.push(i);
         }
     }
     let mut out = Vec::with_capacity(groups.len());

@@ -2,8 +2,9 @@
 //!
 //! Each record is scanned once, without building a value tree, into its *shape*: the type of
 //! every field that carries a value. Records of one shape share an Arrow schema (kept in a
-//! cache keyed by the shape's text), so a poll is decoded as a few columnar batches, one per
-//! shape, by arrow-json.
+//! cache keyed by the shape's key, which [`super::shape_key`] reads off most records without
+//! building their shape), so a poll is decoded as a few columnar batches, one per shape, by
+//! arrow-json.
 //!
 //! ```text
 //! integer -> Int64        number with a fraction or exponent -> Float64
@@ -162,23 +163,28 @@ pub fn record_shape(record: &[u8], timestamps: bool) -> Result<Vec<(String, Shap
     }
 }
 
-/// Arrow schemas by shape text, so that records of one shape share one schema (and the
-/// plans and writers keyed by it).
+/// Arrow schemas by shape key ([`super::shape_key`]), so that records of one shape share one
+/// schema (and the plans and writers keyed by it).
 #[derive(Debug, Default)]
 pub struct ShapeCache {
-    schemas: HashMap<String, SchemaRef>,
-    /// What the shapes' texts hold, in bytes (the schemas hold about as much).
+    schemas: HashMap<Vec<u8>, SchemaRef>,
+    /// What the shapes' keys hold, in bytes (the schemas hold about as much).
     bytes: usize,
 }
 
-/// More distinct shapes than this, or shapes' texts of more than [`MAX_SHAPE_BYTES`], and
+/// More distinct shapes than this, or shapes' keys of more than [`MAX_SHAPE_BYTES`], and
 /// the cache starts afresh (records whose field names are data, say), so that it stays small.
 const MAX_SHAPES: usize = 4096;
 const MAX_SHAPE_BYTES: usize = 16 << 20;
 
 impl ShapeCache {
-    /// The schema of records of shape `fields`, whose text is `key`.
-    pub fn schema(&mut self, key: &str, fields: &[(String, Shape)]) -> SchemaRef {
+    /// The schema of the shape whose key is `key`, if it is known.
+    pub fn get(&self, key: &[u8]) -> Option<SchemaRef> {
+        self.schemas.get(key).cloned()
+    }
+
+    /// The schema of records of shape `fields`, whose key is `key`.
+    pub fn schema(&mut self, key: &[u8], fields: &[(String, Shape)]) -> SchemaRef {
         if let Some(s) = self.schemas.get(key) {
             return s.clone();
         }
@@ -194,16 +200,8 @@ impl ShapeCache {
             .map(|f| f.as_ref().clone().with_metadata(tag.clone()))
             .collect();
         let schema = Arc::new(Schema::new(fields));
-        self.schemas.insert(key.to_string(), schema.clone());
+        self.schemas.insert(key.to_vec(), schema.clone());
         schema
-    }
-}
-
-/// The text key of a record shape.
-pub fn shape_key(fields: &[(String, Shape)], out: &mut String) {
-    out.clear();
-    for (name, shape) in fields {
-        let _ = write!(out, "{name:?}:{shape};");
     }
 }
 
@@ -430,7 +428,7 @@ impl<'de> Visitor<'de> for ValueShape {
 
 /// Whether `s` reads as a timestamp (`2024-05-01T10:00:00`, a space instead of `T`, an
 /// optional fraction), and if so whether it carries a UTC offset (`Z`, `+02:00`).
-fn timestamp_kind(s: &str) -> Option<bool> {
+pub(super) fn timestamp_kind(s: &str) -> Option<bool> {
     // Cheap rejection first: most strings are not timestamps.
     let b = s.as_bytes();
     if b.len() < 19 || !b[..4].iter().all(u8::is_ascii_digit) || b[4] != b'-' {

@@ -16,6 +16,7 @@ pub mod infer;
 pub mod merge;
 pub mod partition;
 pub mod promote;
+pub mod shape_key;
 pub mod types;
 
 pub use changes::CHANGE_COLUMN;

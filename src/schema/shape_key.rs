@@ -1,0 +1,477 @@
+//! The key of a JSON record's shape, read straight off its bytes: the fast path of
+//! [`super::infer`].
+//!
+//! Records of a stream mostly repeat a few shapes, so decoding looks each record's shape up
+//! by a key rather than building it: [`scan`] walks the record once, allocating nothing,
+//! checking its grammar and writing the key of its shape. Anything the walk cannot settle
+//! without building the shape (a repeated key, an array whose elements differ in shape, an
+//! escaped key, a number that does not fit its kind, a bad record) makes it give up, and the
+//! caller builds the shape with [`super::infer::record_shape`] (which also names what is
+//! wrong with a bad record) and writes its key with [`write()`]. Both write the same key for
+//! the same shape:
+//!
+//! ```text
+//! long l   double d   string s   boolean b   timestamp t   timestamptz z
+//! struct {<fields>}   list [<element>]   field <name length>:<name><type>
+//! ```
+//!
+//! A record's key is its fields' (without braces); the empty shape's is empty.
+
+use super::infer::{Shape, timestamp_kind};
+
+/// Deeper records are left to the shape builder (serde_json stops at 128 levels).
+const MAX_DEPTH: usize = 100;
+
+/// Objects with more keys than this are checked for a repeated key by sorting their keys
+/// rather than comparing each with the ones before it.
+const COMPARED_KEYS: usize = 16;
+
+/// Write the key of `record`'s shape to `out` (cleared first); `false` when the record must
+/// go through the shape builder instead (`out` is then unspecified).
+pub fn scan(record: &[u8], timestamps: bool, out: &mut Vec<u8>) -> bool {
+    out.clear();
+    if std::str::from_utf8(record).is_err() {
+        return false;
+    }
+    let mut s = Scanner {
+        b: record,
+        i: 0,
+        timestamps,
+        names: Vec::new(),
+        depth: 0,
+    };
+    s.ws();
+    if s.peek() != Some(b'{') {
+        return false;
+    }
+    if s.members(out).is_err() {
+        return false;
+    }
+    s.ws();
+    s.i == s.b.len()
+}
+
+/// Write the key of a shape with `fields` (a record's, as the shape builder made them).
+pub fn write(fields: &[(String, Shape)], out: &mut Vec<u8>) {
+    out.clear();
+    write_fields(fields, out);
+}
+
+fn write_fields(fields: &[(String, Shape)], out: &mut Vec<u8>) {
+    for (name, shape) in fields {
+        write_name(name.as_bytes(), out);
+        write_shape(shape, out);
+    }
+}
+
+fn write_name(name: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(name.len().to_string().as_bytes());
+    out.push(b':');
+    out.extend_from_slice(name);
+}
+
+fn write_shape(shape: &Shape, out: &mut Vec<u8>) {
+    match shape {
+        Shape::Long => out.push(b'l'),
+        Shape::Double => out.push(b'd'),
+        Shape::String => out.push(b's'),
+        Shape::Boolean => out.push(b'b'),
+        Shape::Timestamp(false) => out.push(b't'),
+        Shape::Timestamp(true) => out.push(b'z'),
+        Shape::Struct(fields) => {
+            out.push(b'{');
+            write_fields(fields, out);
+            out.push(b'}');
+        }
+        Shape::List(element) => {
+            out.push(b'[');
+            write_shape(element, out);
+            out.push(b']');
+        }
+    }
+}
+
+/// Gave up: the shape builder takes the record.
+struct GiveUp;
+
+type Scanned = Result<bool, GiveUp>;
+
+struct Scanner<'a> {
+    b: &'a [u8],
+    i: usize,
+    timestamps: bool,
+    /// The keys of the objects being read, innermost last.
+    names: Vec<&'a [u8]>,
+    depth: usize,
+}
+
+impl<'a> Scanner<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    fn expect(&mut self, c: u8) -> Result<(), GiveUp> {
+        self.ws();
+        if self.peek() == Some(c) {
+            self.i += 1;
+            Ok(())
+        } else {
+            Err(GiveUp)
+        }
+    }
+
+    /// One value's shape key; `false` when it has none (null, `[]`, `{}` and containers of
+    /// those), having written nothing.
+    fn value(&mut self, out: &mut Vec<u8>) -> Scanned {
+        self.ws();
+        match self.peek().ok_or(GiveUp)? {
+            b'{' => {
+                let start = out.len();
+                out.push(b'{');
+                if self.members(out)? {
+                    out.push(b'}');
+                    Ok(true)
+                } else {
+                    out.truncate(start);
+                    Ok(false)
+                }
+            }
+            b'[' => self.array(out),
+            b'"' => {
+                let (text, escaped) = self.string()?;
+                if self.timestamps {
+                    if escaped {
+                        return Err(GiveUp);
+                    }
+                    // Valid UTF-8: the record is, and a string ends at an ASCII quote.
+                    let text = std::str::from_utf8(text).map_err(|_| GiveUp)?;
+                    if let Some(tz) = timestamp_kind(text) {
+                        out.push(if tz { b'z' } else { b't' });
+                        return Ok(true);
+                    }
+                }
+                out.push(b's');
+                Ok(true)
+            }
+            b't' => {
+                self.literal(b"true")?;
+                out.push(b'b');
+                Ok(true)
+            }
+            b'f' => {
+                self.literal(b"false")?;
+                out.push(b'b');
+                Ok(true)
+            }
+            b'n' => {
+                self.literal(b"null")?;
+                Ok(false)
+            }
+            b'-' | b'0'..=b'9' => {
+                let kind = self.number()?;
+                out.push(kind);
+                Ok(true)
+            }
+            _ => Err(GiveUp),
+        }
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Result<(), GiveUp> {
+        if !self.b[self.i..].starts_with(word) {
+            return Err(GiveUp);
+        }
+        self.i += word.len();
+        Ok(())
+    }
+
+    /// An object from its `{`: its fields' keys, without braces; `false` when no field has a
+    /// shape (nothing written).
+    fn members(&mut self, out: &mut Vec<u8>) -> Scanned {
+        let start = out.len();
+        let first_name = self.names.len();
+        if !self.open(b'}')? {
+            loop {
+                self.ws();
+                if self.peek() != Some(b'"') {
+                    return Err(GiveUp);
+                }
+                let (name, escaped) = self.string()?;
+                let earlier = &self.names[first_name..];
+                if escaped || (earlier.len() < COMPARED_KEYS && earlier.contains(&name)) {
+                    return Err(GiveUp);
+                }
+                self.names.push(name);
+                self.expect(b':')?;
+                let field = out.len();
+                write_name(name, out);
+                if !self.value(out)? {
+                    out.truncate(field);
+                }
+                if self.closed(b'}')? {
+                    break;
+                }
+            }
+        }
+        let names = &mut self.names[first_name..];
+        if names.len() > COMPARED_KEYS {
+            names.sort_unstable();
+            if names.windows(2).any(|w| w[0] == w[1]) {
+                return Err(GiveUp);
+            }
+        }
+        self.names.truncate(first_name);
+        self.depth -= 1;
+        Ok(out.len() > start)
+    }
+
+    /// An array from its `[`: `[<element>]` when every element with a shape has the same.
+    fn array(&mut self, out: &mut Vec<u8>) -> Scanned {
+        let start = out.len();
+        out.push(b'[');
+        let element = out.len();
+        let mut element_end = None;
+        if !self.open(b']')? {
+            loop {
+                let this = out.len();
+                if self.value(out)? {
+                    match element_end {
+                        None => element_end = Some(out.len()),
+                        Some(end) => {
+                            if out[this..] != out[element..end] {
+                                return Err(GiveUp);
+                            }
+                            out.truncate(this);
+                        }
+                    }
+                }
+                if self.closed(b']')? {
+                    break;
+                }
+            }
+        }
+        self.depth -= 1;
+        if element_end.is_none() {
+            out.truncate(start);
+            return Ok(false);
+        }
+        out.push(b']');
+        Ok(true)
+    }
+
+    /// Into a container from its opening bracket: whether it closes right away (`end`).
+    fn open(&mut self, end: u8) -> Result<bool, GiveUp> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(GiveUp);
+        }
+        self.i += 1;
+        self.ws();
+        let empty = self.peek() == Some(end);
+        if empty {
+            self.i += 1;
+        }
+        Ok(empty)
+    }
+
+    /// After a container's item: whether the container closed (`end`) or another item
+    /// follows (`,`).
+    fn closed(&mut self, end: u8) -> Result<bool, GiveUp> {
+        self.ws();
+        match self.peek() {
+            Some(b',') => {
+                self.i += 1;
+                Ok(false)
+            }
+            Some(c) if c == end => {
+                self.i += 1;
+                Ok(true)
+            }
+            _ => Err(GiveUp),
+        }
+    }
+
+    /// A string from its opening quote: its raw bytes, and whether it holds escapes.
+    fn string(&mut self) -> Result<(&'a [u8], bool), GiveUp> {
+        self.i += 1;
+        let start = self.i;
+        let mut escaped = false;
+        loop {
+            let c = *self.b.get(self.i).ok_or(GiveUp)?;
+            match c {
+                b'"' => {
+                    let text = &self.b[start..self.i];
+                    self.i += 1;
+                    return Ok((text, escaped));
+                }
+                b'\\' => {
+                    escaped = true;
+                    match *self.b.get(self.i + 1).ok_or(GiveUp)? {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.i += 2,
+                        b'u' => {
+                            let hex = self.b.get(self.i + 2..self.i + 6).ok_or(GiveUp)?;
+                            let hex = std::str::from_utf8(hex).map_err(|_| GiveUp)?;
+                            let unit = u16::from_str_radix(hex, 16).map_err(|_| GiveUp)?;
+                            // Surrogate pairs are the shape builder's to check.
+                            if (0xD800..0xE000).contains(&unit) {
+                                return Err(GiveUp);
+                            }
+                            self.i += 6;
+                        }
+                        _ => return Err(GiveUp),
+                    }
+                }
+                0..0x20 => return Err(GiveUp),
+                _ => self.i += 1,
+            }
+        }
+    }
+
+    /// A number: `l` for an integer that fits a long, `d` for one with a fraction; any
+    /// other (an exponent, a larger integer, `-0`, which serde_json reads as a double) is the
+    /// shape builder's.
+    fn number(&mut self) -> Result<u8, GiveUp> {
+        let start = self.i;
+        let negative = self.peek() == Some(b'-');
+        if negative {
+            self.i += 1;
+        }
+        let digits = self.digits();
+        let leading_zero = digits > 0 && self.b[self.i - digits] == b'0';
+        if digits == 0 || (leading_zero && digits > 1) {
+            return Err(GiveUp);
+        }
+        let kind = match self.peek() {
+            Some(b'.') if digits > 18 => return Err(GiveUp),
+            Some(b'.') => {
+                self.i += 1;
+                if self.digits() == 0 {
+                    return Err(GiveUp);
+                }
+                b'd'
+            }
+            _ if negative && leading_zero => return Err(GiveUp),
+            _ if digits <= 18 => b'l',
+            _ => {
+                let text = std::str::from_utf8(&self.b[start..self.i]).map_err(|_| GiveUp)?;
+                text.parse::<i64>().map_err(|_| GiveUp)?;
+                b'l'
+            }
+        };
+        if let Some(b'e' | b'E') = self.peek() {
+            return Err(GiveUp);
+        }
+        Ok(kind)
+    }
+
+    fn digits(&mut self) -> usize {
+        let start = self.i;
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.i += 1;
+        }
+        self.i - start
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::infer::record_shape;
+    use super::*;
+
+    /// The scanned key, and the key of the shape the builder makes, for `json`.
+    fn keys(json: &str, timestamps: bool) -> (Option<String>, Option<String>) {
+        let mut out = Vec::new();
+        let fast = scan(json.as_bytes(), timestamps, &mut out)
+            .then(|| String::from_utf8(out.clone()).unwrap());
+        let slow = record_shape(json.as_bytes(), timestamps)
+            .ok()
+            .map(|fields| {
+                write(&fields, &mut out);
+                String::from_utf8(out.clone()).unwrap()
+            });
+        (fast, slow)
+    }
+
+    #[test]
+    fn scanned_keys_are_the_built_shapes_keys() {
+        let records = [
+            r#"{"a": 1, "b": 1.5, "c": "x", "d": true, "e": false}"#,
+            r#" {"o": {"x": [1, 2], "y": {"z": null}}, "l": [{"a": 1}, {"a": 2}]} "#,
+            r#"{"a": null, "b": [], "c": {}, "d": {"x": null}, "e": [null, []], "f": -0.5}"#,
+            r#"{}"#,
+            r#"{"nested": [[1, 2], [], [3]], "s": "plain"}"#,
+            r#"{"big": 123456789012345678, "bigger": -9223372036854775808}"#,
+            r#"{"t": "2024-05-01T10:00:00Z", "n": "2024-05-01 10:00:00.5", "s": "2024-05-01"}"#,
+            r#"{"ünï": "cödé", "10": 10}"#,
+        ];
+        for r in records {
+            for ts in [false, true] {
+                let (fast, slow) = keys(r, ts);
+                assert!(fast.is_some(), "{r} was not scanned");
+                assert_eq!(fast, slow, "{r}");
+            }
+        }
+        // Escapes in values (read as timestamps, they are the builder's).
+        let escaped = r#"{"s": "a \"quoted\" \u00e9 \n word", "l": ["\t", "x"]}"#;
+        let (fast, slow) = keys(escaped, false);
+        assert!(fast.is_some());
+        assert_eq!(fast, slow);
+        let wide: Vec<String> = (0..40).map(|i| format!("\"k{i}\": {i}")).collect();
+        let wide = format!("{{{}}}", wide.join(", "));
+        let (fast, slow) = keys(&wide, false);
+        assert!(fast.is_some());
+        assert_eq!(fast, slow);
+        assert_eq!(
+            keys("{\"a\": 1, \"b\": \"x\"}", false).0.unwrap(),
+            "1:al1:bs"
+        );
+    }
+
+    #[test]
+    fn what_needs_the_shape_builder_is_left_to_it() {
+        let wide: Vec<String> = (0..40).map(|i| format!("\"k{i}\": {i}")).collect();
+        let repeated_wide = format!("{{{}, \"k3\": \"x\"}}", wide.join(", "));
+        let records = [
+            r#"{"a": 1, "a": "x"}"#,
+            repeated_wide.as_str(),
+            r#"{"l": [1, 2.5]}"#,
+            r#"{"l": [{"a": 1}, {"b": "s"}]}"#,
+            r#"{"k\u0041": 1}"#,
+            r#"{"e": 1e3}"#,
+            r#"{"z": -0}"#,
+            r#"{"huge": 18446744073709551615}"#,
+            r#"{"huger": 123456789012345678901234567890}"#,
+            r#"{"t": "2024-05-01T10:00:\u00300Z"}"#,
+        ];
+        for r in records {
+            let (fast, slow) = keys(r, true);
+            assert_eq!(fast, None, "{r} was scanned");
+            let _ = slow;
+        }
+        // Bad records too: the builder says what is wrong with them.
+        for bad in [
+            "",
+            "  ",
+            "[1]",
+            r#"{"a": 1} {"b": 2}"#,
+            r#"{"a": "#,
+            r#"{"a": 01}"#,
+            r#"{"a": 1.}"#,
+            r#"{"a": tru}"#,
+            "{\"a\": \"tab\there\"}",
+            r#"{"a": "\x"}"#,
+            r#"{"a": 1,}"#,
+        ] {
+            let (fast, slow) = keys(bad, false);
+            assert_eq!(fast, None, "{bad} was scanned");
+            assert_eq!(slow, None, "{bad} was built");
+        }
+        let deep = format!("{{\"a\": {}1{}}}", "[".repeat(150), "]".repeat(150));
+        assert_eq!(keys(&deep, false).0, None);
+    }
+}
