@@ -65,7 +65,19 @@ fn write_fields(fields: &[(String, Shape)], out: &mut Vec<u8>) {
 }
 
 fn write_name(name: &[u8], out: &mut Vec<u8>) {
-    out.extend_from_slice(name.len().to_string().as_bytes());
+    // The length's decimal digits, most significant first, without formatting machinery.
+    let mut digits = [0u8; 20];
+    let mut n = name.len();
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
     out.push(b':');
     out.extend_from_slice(name);
 }
@@ -430,6 +442,9 @@ mod tests {
             keys("{\"a\": 1, \"b\": \"x\"}", false).0.unwrap(),
             "1:al1:bs"
         );
+        let long = "n".repeat(1234);
+        let record = format!("{{\"{long}\": 0, \"\": 1.5}}");
+        assert_eq!(keys(&record, false).0.unwrap(), format!("1234:{long}l0:d"));
     }
 
     #[test]
