@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use iceberg::io::StorageFactory;
+use iceberg::io::{FileIOBuilder, StorageFactory};
 
 use super::storage::LocalStorageFactory;
 use iceberg::memory::MemoryCatalogBuilder;
@@ -203,8 +203,14 @@ pub async fn connect(name: &str, config: CatalogConfig) -> Result<CatalogHandle>
                 }
             };
             let uri = props.get("uri").cloned().unwrap_or_default();
+            // The catalog's own file IO (its builder passes it every property too).
+            let io = FileIOBuilder::new(storage_for(&warehouse))
+                .with_props(props.clone())
+                .build();
             committer = Some(Arc::new(Committer::Sql(
-                SqlCommitter::connect(&uri, name).await?,
+                SqlCommitter::connect(&uri, name)
+                    .await?
+                    .with_warehouse(&warehouse, io),
             )));
             Arc::new(catalog)
         }

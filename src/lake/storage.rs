@@ -7,11 +7,21 @@
 //! blocking pool, where several run at once while the worker goes on. Unlike `tokio::fs`, a
 //! writer keeps no buffer between writes (a job holds one open file per table).
 //!
-//! Every file written is durable before its write returns (`write`) or its writer closes:
-//! the file is synced, and so are the directories that name it (the ones created for it and
-//! the existing one above them). A catalog is pointed at metadata only after it is written,
-//! so a power loss cannot leave it pointing at a file (or a manifest, or a data file) that is
-//! not there.
+//! Every file written is durable before a catalog (or a checkpoint record) can name it. A
+//! file written through a table's own file IO is synced, with the directories that name it
+//! (the ones created for it and the existing one above them), before its write returns or
+//! its writer closes: iceberg-rust's catalogs point at metadata right after writing it.
+//! floe's own commit path writes through a [`deferring`] file IO instead (data files,
+//! manifests, manifest lists, metadata): those files are synced together by
+//! [`sync_written`], which every commit (and every checkpoint record) calls before it names
+//! them. A checkpoint of a thousand tables then syncs its few thousand files in one call
+//! per file system (`syncfs`) rather than a thousand times four files and their folders.
+//!
+//! ```text
+//! table.file_io()         write -> sync file + new dirs -> return        (DDL, iceberg-rust)
+//! deferring(file_io, ..)  write -> listed as written    -> return        (floe's commits)
+//! sync_written()          the listed files: fsync each (few) or syncfs (many) -> commit
+//! ```
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -23,8 +33,8 @@ use futures::StreamExt;
 use futures::executor::block_on;
 use futures::stream::BoxStream;
 use iceberg::io::{
-    FileMetadata, FileRead, FileWrite, InputFile, LocalFsStorage, OutputFile, Storage,
-    StorageConfig, StorageFactory,
+    FileIO, FileIOBuilder, FileMetadata, FileRead, FileWrite, InputFile, LocalFsStorage,
+    OutputFile, Storage, StorageConfig, StorageFactory,
 };
 use iceberg::{Error, ErrorKind, Result};
 use serde::{Deserialize, Serialize};
@@ -33,16 +43,117 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct LocalStorageFactory;
 
+/// The file IO property that makes [`LocalStorage`] leave syncing to [`sync_written`].
+const DEFER_SYNC: &str = "floe.local.defer-sync";
+
 #[typetag::serde(name = "FloeLocalStorageFactory")]
 impl StorageFactory for LocalStorageFactory {
-    fn build(&self, _config: &StorageConfig) -> Result<Arc<dyn Storage>> {
-        Ok(Arc::new(LocalStorage))
+    fn build(&self, config: &StorageConfig) -> Result<Arc<dyn Storage>> {
+        Ok(Arc::new(LocalStorage {
+            defer_sync: config.get(DEFER_SYNC).is_some_and(|v| v == "true"),
+        }))
     }
 }
 
 /// `LocalFsStorage` with its calls on the blocking pool.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct LocalStorage;
+pub struct LocalStorage {
+    /// Files written are listed for [`sync_written`] rather than synced as they close.
+    #[serde(default)]
+    defer_sync: bool,
+}
+
+/// `io` for files under `location` (a table's), writing local files without syncing each:
+/// whoever names them in a commit calls [`sync_written`] first. Other storage is `io`.
+pub fn deferring(io: &FileIO, location: &str) -> FileIO {
+    if location.contains("://") && !location.starts_with("file:") {
+        return io.clone();
+    }
+    FileIOBuilder::new(Arc::new(LocalStorageFactory))
+        .with_props(io.config().props().clone())
+        .with_prop(DEFER_SYNC, "true")
+        .build()
+}
+
+/// Local files written through a [`deferring`] file IO and not synced yet, with the
+/// directories created for them.
+#[derive(Default)]
+struct Unsynced {
+    files: Vec<PathBuf>,
+    dirs: Vec<PathBuf>,
+}
+
+static UNSYNCED: std::sync::Mutex<Unsynced> = std::sync::Mutex::new(Unsynced {
+    files: Vec::new(),
+    dirs: Vec::new(),
+});
+
+/// One sync at a time: a caller that waits for another's finds its files synced by it, or
+/// syncs them together with those of everyone else who came meanwhile.
+static SYNC_TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// From this many files on, [`sync_written`] syncs their file systems whole (`syncfs`):
+/// one call writes them all, where syncing each writes its inode and folder on its own.
+const SYNCFS_FROM: usize = 16;
+
+/// Make every file written so far through a [`deferring`] file IO durable, and the
+/// directories that name them: call before a catalog (or a checkpoint record) names any.
+pub async fn sync_written() -> Result<()> {
+    let _turn = SYNC_TURN.lock().await;
+    let pending = std::mem::take(&mut *UNSYNCED.lock().unwrap_or_else(|e| e.into_inner()));
+    if pending.files.is_empty() {
+        return Ok(());
+    }
+    blocking(move || sync_files(pending)).await
+}
+
+fn sync_files(pending: Unsynced) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let failed = |what: &Path, e: std::io::Error| {
+        Error::new(
+            ErrorKind::Unexpected,
+            format!("syncing {}: {e}", what.display()),
+        )
+    };
+    // A file (or folder) deleted since, by a failed commit or a dropped table, needs nothing.
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+    if pending.files.len() < SYNCFS_FROM {
+        for file in &pending.files {
+            match std::fs::File::open(file).and_then(|f| f.sync_all()) {
+                Err(e) if !gone(&e) => return Err(failed(file, e)),
+                _ => {}
+            }
+        }
+        let mut dirs = pending.dirs;
+        dirs.sort();
+        dirs.dedup();
+        for dir in &dirs {
+            match std::fs::File::open(dir).and_then(|d| d.sync_all()) {
+                Err(e) if !gone(&e) => return Err(failed(dir, e)),
+                _ => {}
+            }
+        }
+        return Ok(());
+    }
+    let mut devices: std::collections::HashMap<u64, &Path> = Default::default();
+    for file in &pending.files {
+        match std::fs::metadata(file) {
+            Ok(m) => {
+                devices.entry(m.dev()).or_insert(file);
+            }
+            Err(e) if gone(&e) => {}
+            Err(e) => return Err(failed(file, e)),
+        }
+    }
+    for file in devices.into_values() {
+        let f = std::fs::File::open(file).map_err(|e| failed(file, e))?;
+        // SAFETY: syncfs takes an open descriptor, which `f` holds for the call.
+        if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&f)) } != 0 {
+            return Err(failed(file, std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
+}
 
 thread_local! {
     /// This thread's file system calls run right here.
@@ -100,25 +211,19 @@ impl Storage for LocalStorage {
     }
 
     async fn write(&self, path: &str, bs: Bytes) -> Result<()> {
-        let path = path.to_string();
+        let (path, defer) = (path.to_string(), self.defer_sync);
         blocking(move || {
-            let dirs = dirs_naming(&local_path(&path));
-            let mut writer = block_on(LocalFsStorage.writer(&path))?;
-            block_on(writer.write(bs))?;
-            block_on(writer.close())?;
-            sync_dirs(&dirs)
+            let mut file = LocalFile::create(&path, defer)?;
+            file.write(&bs)?;
+            file.close()
         })
         .await
     }
 
     async fn writer(&self, path: &str) -> Result<Box<dyn FileWrite>> {
-        let path = path.to_string();
-        let (inner, dirs) = blocking(move || {
-            let dirs = dirs_naming(&local_path(&path));
-            Ok((block_on(LocalFsStorage.writer(&path))?, dirs))
-        })
-        .await?;
-        Ok(Box::new(Writer(Some(inner), Some(dirs))))
+        let (path, defer) = (path.to_string(), self.defer_sync);
+        let file = blocking(move || LocalFile::create(&path, defer)).await?;
+        Ok(Box::new(Writer(Some(file))))
     }
 
     async fn delete(&self, path: &str) -> Result<()> {
@@ -209,14 +314,81 @@ fn sync_dirs(dirs: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
-/// A local file's writer; each write (and the closing sync) runs on the blocking pool. The
-/// directories naming the file are synced when it closes.
-struct Writer(Option<Box<dyn FileWrite>>, Option<Vec<PathBuf>>);
+/// A local file being written: synced when it closes (and the directories naming it), or,
+/// written through a [`deferring`] file IO, listed for [`sync_written`].
+struct LocalFile {
+    file: Option<std::fs::File>,
+    path: PathBuf,
+    /// The directories that name it (see [`dirs_naming`]).
+    dirs: Vec<PathBuf>,
+    defer_sync: bool,
+}
+
+impl LocalFile {
+    fn create(location: &str, defer_sync: bool) -> Result<Self> {
+        let path = local_path(location);
+        let dirs = dirs_naming(&path);
+        let failed = |what: &str, p: &Path, e: std::io::Error| {
+            Error::new(
+                ErrorKind::Unexpected,
+                format!("{what} {}: {e}", p.display()),
+            )
+        };
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| failed("creating directory", parent, e))?;
+        }
+        let file = std::fs::File::create(&path).map_err(|e| failed("creating file", &path, e))?;
+        Ok(Self {
+            file: Some(file),
+            path,
+            dirs,
+            defer_sync,
+        })
+    }
+
+    fn write(&mut self, bs: &[u8]) -> Result<()> {
+        use std::io::Write;
+        let file = self
+            .file
+            .as_mut()
+            .ok_or_else(|| Error::new(ErrorKind::DataInvalid, "cannot write to a closed file"))?;
+        file.write_all(bs).map_err(|e| {
+            Error::new(
+                ErrorKind::Unexpected,
+                format!("writing {}: {e}", self.path.display()),
+            )
+        })
+    }
+
+    fn close(&mut self) -> Result<()> {
+        let file = self
+            .file
+            .take()
+            .ok_or_else(|| Error::new(ErrorKind::DataInvalid, "the file is closed already"))?;
+        if self.defer_sync {
+            drop(file);
+            let mut unsynced = UNSYNCED.lock().unwrap_or_else(|e| e.into_inner());
+            unsynced.files.push(std::mem::take(&mut self.path));
+            unsynced.dirs.append(&mut self.dirs);
+            return Ok(());
+        }
+        file.sync_all().map_err(|e| {
+            Error::new(
+                ErrorKind::Unexpected,
+                format!("syncing {}: {e}", self.path.display()),
+            )
+        })?;
+        sync_dirs(&self.dirs)
+    }
+}
+
+/// A local file's writer; each write and the close run on the blocking pool.
+struct Writer(Option<LocalFile>);
 
 impl Writer {
     async fn with<F>(&mut self, f: F) -> Result<()>
     where
-        F: FnOnce(&mut Box<dyn FileWrite>) -> Result<()> + Send + 'static,
+        F: FnOnce(&mut LocalFile) -> Result<()> + Send + 'static,
     {
         let mut inner = self
             .0
@@ -235,16 +407,11 @@ impl Writer {
 #[async_trait]
 impl FileWrite for Writer {
     async fn write(&mut self, bs: Bytes) -> Result<()> {
-        self.with(move |w| block_on(w.write(bs))).await
+        self.with(move |w| w.write(&bs)).await
     }
 
     async fn close(&mut self) -> Result<()> {
-        let dirs = self.1.take().unwrap_or_default();
-        self.with(move |w| {
-            block_on(w.close())?;
-            sync_dirs(&dirs)
-        })
-        .await
+        self.with(LocalFile::close).await
     }
 }
 
@@ -256,7 +423,7 @@ mod tests {
     async fn files_round_trip_off_the_worker() {
         let dir = tempfile::tempdir().unwrap();
         let path = format!("file://{}/a/b/data.bin", dir.path().display());
-        let storage = LocalStorage;
+        let storage = LocalStorage::default();
         let mut w = storage.writer(&path).await.unwrap();
         w.write(Bytes::from_static(b"hello ")).await.unwrap();
         w.write(Bytes::from_static(b"world")).await.unwrap();
@@ -276,6 +443,88 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(&storage.read(&whole).await.unwrap()[..], b"{}");
+    }
+
+    fn listed(path: &Path) -> bool {
+        UNSYNCED.lock().unwrap().files.iter().any(|f| f == path)
+    }
+
+    #[tokio::test]
+    async fn a_deferring_io_leaves_its_files_to_sync_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = format!("{}/t", dir.path().display());
+        let io = FileIOBuilder::new(Arc::new(LocalStorageFactory)).build();
+        let deferred = deferring(&io, &table);
+        assert_eq!(
+            deferred.config().get(DEFER_SYNC).map(String::as_str),
+            Some("true")
+        );
+        // Object storage needs nothing of the kind: its io is the table's.
+        let s3 = deferring(&io, "s3://bucket/t");
+        assert!(s3.config().get(DEFER_SYNC).is_none());
+        let (data, meta, own) = (
+            dir.path().join("t/data/a.parquet"),
+            dir.path().join("t/metadata/00001.metadata.json"),
+            dir.path().join("t/metadata/00000.metadata.json"),
+        );
+        {
+            // No sync takes the list meanwhile.
+            let _turn = SYNC_TURN.lock().await;
+            let mut w = deferred
+                .new_output(data.to_str().unwrap())
+                .unwrap()
+                .writer()
+                .await
+                .unwrap();
+            w.write(Bytes::from_static(b"rows")).await.unwrap();
+            w.close().await.unwrap();
+            deferred
+                .new_output(format!("file://{}", meta.display()))
+                .unwrap()
+                .write(Bytes::from_static(b"{}"))
+                .await
+                .unwrap();
+            io.new_output(own.to_str().unwrap())
+                .unwrap()
+                .write(Bytes::from_static(b"{}"))
+                .await
+                .unwrap();
+            assert!(listed(&data) && listed(&meta), "deferred files are listed");
+            assert!(!listed(&own), "the table's own io syncs as it writes");
+            let pending = UNSYNCED.lock().unwrap();
+            assert!(pending.dirs.contains(&dir.path().join("t/data")));
+            assert!(pending.dirs.contains(&dir.path().join("t")));
+        }
+        sync_written().await.unwrap();
+        assert!(!listed(&data) && !listed(&meta));
+        assert_eq!(std::fs::read(&data).unwrap(), b"rows");
+    }
+
+    #[test]
+    fn syncing_few_files_or_many_or_deleted_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = |n: usize| -> Unsynced {
+            let files: Vec<PathBuf> = (0..n)
+                .map(|i| {
+                    let p = dir.path().join(format!("f{n}-{i}"));
+                    std::fs::write(&p, b"x").unwrap();
+                    p
+                })
+                .collect();
+            Unsynced {
+                files,
+                dirs: vec![dir.path().to_path_buf(), dir.path().to_path_buf()],
+            }
+        };
+        sync_files(files(3)).unwrap();
+        sync_files(files(SYNCFS_FROM)).unwrap();
+        let mut gone = files(2);
+        gone.files.push(dir.path().join("deleted-since"));
+        sync_files(gone).unwrap();
+        // A folder deleted since (its table dropped) names nothing any more.
+        let mut missing_dir = files(1);
+        missing_dir.dirs.push(dir.path().join("no-such-dir"));
+        sync_files(missing_dir).unwrap();
     }
 
     #[test]

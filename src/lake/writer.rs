@@ -210,7 +210,8 @@ impl TableWriter {
         let rolling = RollingFileWriterBuilder::new(
             parquet,
             target.map_or(props.write_target_file_size_bytes, |t| t as usize),
-            table.file_io().clone(),
+            // Synced together before a commit or checkpoint record names them.
+            crate::lake::storage::deferring(table.file_io(), metadata.location()),
             EscapedLocationGenerator::new(table)?,
             DefaultFileNameGenerator::new(uuid_like_prefix(), None, DataFileFormat::Parquet),
         );

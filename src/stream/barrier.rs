@@ -70,6 +70,9 @@ impl Runner<'_> {
             .collect();
         let mut tables = self.data.close().await?;
         tables.extend(self.dead.close().await?);
+        // The record (and its copy with the tables) names the data files closed above: they
+        // are durable before it is.
+        crate::lake::storage::sync_written().await?;
         if tables.is_empty() && offsets == self.committed_offsets {
             return Ok(());
         }

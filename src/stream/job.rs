@@ -428,7 +428,8 @@ impl<'a> Runner<'a> {
                     &target.catalog,
                     namespace.clone(),
                     options.clone(),
-                );
+                )
+                .with_committer(target.committer.clone());
                 (Box::new(sink), options.dead_letter_table.as_str())
             }
         };

@@ -39,6 +39,8 @@ pub async fn append(
         }
         tx = update.apply(tx)?;
     }
+    // The data files were written without syncing each (see `lake::storage`).
+    crate::lake::storage::sync_written().await?;
     Ok(tx.commit(catalog.as_ref()).await?)
 }
 

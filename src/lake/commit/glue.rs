@@ -93,6 +93,7 @@ impl GlueCommitter {
             return Err(conflict(ident).into());
         }
         let location = super::write_next_metadata(base, &metadata).await?;
+        crate::lake::storage::sync_written().await?;
         self.swap(ident, &current, &base_location, &location, &metadata)
             .await?;
         super::table_like(base, metadata, Some(&location))

@@ -57,7 +57,9 @@ pub fn table_like(
 }
 
 /// Write `metadata` as the next version of `base`'s metadata file and return its location;
-/// nothing is visible until a committer makes that location the table's.
+/// nothing is visible until a committer makes that location the table's (after
+/// [`crate::lake::storage::sync_written`]: like the commit's manifests, the file is not synced
+/// on its own).
 pub async fn write_next_metadata(base: &Table, metadata: &TableMetadata) -> Result<String> {
     let base_location = base.metadata_location_result()?;
     let location = MetadataLocation::from_str(base_location)?.with_next_version();
@@ -71,7 +73,8 @@ pub async fn write_next_metadata(base: &Table, metadata: &TableMetadata) -> Resu
             .await?;
         crate::failpoint::crash();
     }
-    metadata.write_to(base.file_io(), &location).await?;
+    let io = crate::lake::storage::deferring(base.file_io(), metadata.location());
+    metadata.write_to(&io, &location).await?;
     Ok(location.to_string())
 }
 
@@ -89,7 +92,10 @@ impl Committer {
     pub async fn commit(&self, base: &Table, prepared: Prepared) -> Result<Table> {
         match self {
             Committer::Sql(c) => c.commit(base, prepared.metadata).await,
-            Committer::Rest(c) => c.commit(base, prepared.updates).await,
+            Committer::Rest(c) => {
+                crate::lake::storage::sync_written().await?;
+                c.commit(base, prepared.updates).await
+            }
             Committer::Glue(c) => c.commit(base, prepared.metadata).await,
         }
     }

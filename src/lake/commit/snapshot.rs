@@ -84,7 +84,9 @@ fn manifest_builder(
 ) -> Result<ManifestWriterBuilder> {
     let spec = spec(md, spec_id)?;
     Ok(ManifestWriterBuilder::new(
-        io.new_output(manifest_path(md, commit_id, n))?,
+        // Synced with the rest of the commit, before the catalog names it.
+        crate::lake::storage::deferring(io, md.location())
+            .new_output(manifest_path(md, commit_id, n))?,
         Some(id),
         md.current_schema().clone(),
         spec.as_ref().clone(),
@@ -106,7 +108,10 @@ pub async fn write(base: &Table, new: NewSnapshot) -> Result<Snapshot> {
         new.commit_id,
         DataFileFormat::Avro
     );
-    let out = base.file_io().new_output(&list_path)?.writer().await?;
+    let out = crate::lake::storage::deferring(base.file_io(), md.location())
+        .new_output(&list_path)?
+        .writer()
+        .await?;
     let first_row_id = md.next_row_id();
     let mut list = if md.format_version() >= FormatVersion::V3 {
         ManifestListWriter::v3(

@@ -9,19 +9,51 @@
 //!
 //! A crash before the compare-and-set leaves the table as it was (the new metadata file is
 //! an orphan), so a schema is never visible without the snapshot that uses it.
+//!
+//! Commits to many tables at once (a checkpoint's) share their work: each one's request
+//! waits in a queue, and whoever's turn comes takes the whole queue, syncs the files written
+//! for it (see [`crate::lake::storage::sync_written`]) and runs every compare-and-set in one
+//! database transaction, one sync of the database for all. Each table's compare-and-set
+//! still succeeds or conflicts on its own.
+//!
+//! Tables created together (a routed job's new tables) are made the same way: their first
+//! metadata files written, synced at once, and their rows inserted in one transaction
+//! ([`SqlCommitter::create_tables`]).
 
-use iceberg::spec::TableMetadata;
+use std::sync::Mutex;
+
+use iceberg::io::FileIO;
+use iceberg::spec::{TableMetadata, TableMetadataBuilder};
 use iceberg::table::Table;
+use iceberg::{Catalog, MetadataLocation, NamespaceIdent, TableCreation, TableIdent};
 use sqlx::AnyPool;
+use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
 
 /// Commits to an Iceberg SQL catalog by compare-and-set on its `iceberg_tables` row.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct SqlCommitter {
     pool: AnyPool,
     catalog_name: String,
     dollar_params: bool,
+    /// Compare-and-sets waiting for a transaction.
+    queue: Mutex<Vec<Request>>,
+    /// Whose turn it is to run the queue.
+    turn: tokio::sync::Mutex<()>,
+    /// Where new tables go and the file IO that writes them, when known (see
+    /// [`Self::with_warehouse`]).
+    home: Option<(String, FileIO)>,
+}
+
+/// One table's compare-and-set, and where its outcome goes (whether the row changed).
+#[derive(Debug)]
+struct Request {
+    namespace: String,
+    name: String,
+    base_location: String,
+    location: String,
+    done: oneshot::Sender<Result<bool>>,
 }
 
 impl SqlCommitter {
@@ -37,7 +69,160 @@ impl SqlCommitter {
             pool,
             catalog_name: catalog_name.to_string(),
             dollar_params: !uri.starts_with("sqlite:"),
+            queue: Mutex::new(Vec::new()),
+            turn: tokio::sync::Mutex::new(()),
+            home: None,
         })
+    }
+
+    /// The same committer, creating tables (see [`Self::create_tables`]) under `warehouse`
+    /// (for namespaces without a location of their own) through `io`, as the catalog does.
+    pub fn with_warehouse(mut self, warehouse: &str, io: FileIO) -> Self {
+        self.home = Some((warehouse.trim_end_matches('/').to_string(), io));
+        self
+    }
+
+    /// Which of `names` are tables of `namespace` (one query per 500 names).
+    pub async fn existing(
+        &self,
+        namespace: &NamespaceIdent,
+        names: &[String],
+    ) -> Result<std::collections::HashSet<String>> {
+        let mut found = std::collections::HashSet::new();
+        let ns = namespace.join(".");
+        for chunk in names.chunks(500) {
+            let at = |i: usize| self.param(i);
+            let list: Vec<String> = (0..chunk.len()).map(|i| at(i + 3)).collect();
+            let sql = format!(
+                "SELECT table_name FROM iceberg_tables WHERE catalog_name = {} \
+                 AND table_namespace = {} AND table_name IN ({})",
+                at(1),
+                at(2),
+                list.join(", ")
+            );
+            let mut query = sqlx::query_as::<_, (String,)>(&sql)
+                .bind(self.catalog_name.clone())
+                .bind(ns.clone());
+            for name in chunk {
+                query = query.bind(name.clone());
+            }
+            let rows = query
+                .fetch_all(&self.pool)
+                .await
+                .map_err(|e| Error::catalog_database(format!("listing tables of {ns}"), e))?;
+            found.extend(rows.into_iter().map(|(name,)| name));
+        }
+        Ok(found)
+    }
+
+    /// Create the tables `creations` describe in `namespace` (of `catalog`, whose database
+    /// this is) together: each one's first metadata file written, all synced at once, and
+    /// their rows inserted in one transaction. Each is the table created, or `None` when a
+    /// table of its name exists already (another writer created it meanwhile). `None` for all
+    /// when this committer does not know where tables go: create them one by one.
+    pub async fn create_tables(
+        &self,
+        catalog: &dyn Catalog,
+        namespace: &NamespaceIdent,
+        creations: Vec<TableCreation>,
+    ) -> Result<Option<Vec<Option<Table>>>> {
+        let Some((warehouse, io)) = &self.home else {
+            return Ok(None);
+        };
+        let ns = namespace.join(".");
+        // Where the namespace keeps its tables, as the catalog decides it.
+        let props = catalog.get_namespace(namespace).await?.properties().clone();
+        let home = props
+            .get("location")
+            .map(|l| l.trim_end_matches('/').to_string())
+            .unwrap_or_else(|| format!("{warehouse}/{}", namespace.join("/")));
+        let mut made = Vec::with_capacity(creations.len());
+        for creation in creations {
+            let name = creation.name.clone();
+            let location = creation
+                .location
+                .clone()
+                .unwrap_or_else(|| format!("{home}/{name}"));
+            let creation = TableCreation {
+                location: Some(location.clone()),
+                ..creation
+            };
+            let metadata = TableMetadataBuilder::from_table_creation(creation)?
+                .build()?
+                .metadata;
+            let at = MetadataLocation::new_with_metadata(location.clone(), &metadata);
+            made.push((name, location, metadata, at));
+        }
+        // The first metadata files, several at once (each on the blocking pool).
+        let writes = made.iter().map(|(_, location, metadata, at)| async move {
+            let io = crate::lake::storage::deferring(io, location);
+            metadata.write_to(&io, at).await
+        });
+        for done in futures::future::join_all(writes).await {
+            done?;
+        }
+        crate::lake::storage::sync_written().await?;
+        let p = |i: usize| self.param(i);
+        let sql = format!(
+            "INSERT INTO iceberg_tables (catalog_name, table_namespace, table_name, \
+             metadata_location, iceberg_type) SELECT {}, {}, {}, {}, 'TABLE' \
+             WHERE NOT EXISTS (SELECT 1 FROM iceberg_tables WHERE catalog_name = {} \
+             AND table_namespace = {} AND table_name = {})",
+            p(1),
+            p(2),
+            p(3),
+            p(4),
+            p(5),
+            p(6),
+            p(7)
+        );
+        let failed =
+            |e| Error::catalog_database(format!("creating {} tables in {ns}", made.len()), e);
+        let mut tx = self.pool.begin().await.map_err(failed)?;
+        let mut inserted = Vec::with_capacity(made.len());
+        for (name, _, _, at) in &made {
+            let done = sqlx::query(&sql)
+                .bind(self.catalog_name.clone())
+                .bind(ns.clone())
+                .bind(name.clone())
+                .bind(at.to_string())
+                .bind(self.catalog_name.clone())
+                .bind(ns.clone())
+                .bind(name.clone())
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?;
+            inserted.push(done.rows_affected() > 0);
+        }
+        tx.commit().await.map_err(failed)?;
+        let runtime = iceberg::Runtime::try_current()?;
+        made.into_iter()
+            .zip(inserted)
+            .map(|((name, _, metadata, at), inserted)| {
+                if !inserted {
+                    return Ok(None);
+                }
+                Ok(Some(
+                    Table::builder()
+                        .file_io(io.clone())
+                        .metadata_location(at.to_string())
+                        .identifier(TableIdent::new(namespace.clone(), name))
+                        .metadata(metadata)
+                        .runtime(runtime.clone())
+                        .build()?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+
+    /// The `i`th bind parameter (from 1), in the database's style.
+    fn param(&self, i: usize) -> String {
+        if self.dollar_params {
+            format!("${i}")
+        } else {
+            "?".to_string()
+        }
     }
 
     /// Write `metadata` as the next version of `base` and make it current, unless `base`
@@ -46,13 +231,80 @@ impl SqlCommitter {
         let base_location = base.metadata_location_result()?.to_string();
         let location = super::write_next_metadata(base, &metadata).await?;
         let ident = base.identifier();
-        let p = |i: usize| {
-            if self.dollar_params {
-                format!("${i}")
-            } else {
-                "?".to_string()
+        let (done, outcome) = oneshot::channel();
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Request {
+                namespace: ident.namespace().join("."),
+                name: ident.name().to_string(),
+                base_location,
+                location: location.clone(),
+                done,
+            });
+        let mut outcome = outcome;
+        let changed = {
+            let _turn = self.turn.lock().await;
+            match outcome.try_recv() {
+                // The turn before ran this request with its own.
+                Ok(changed) => changed,
+                Err(_) => {
+                    self.run_queue().await;
+                    outcome.await.map_err(|_| {
+                        Error::Internal(format!("the commit of {ident} was dropped"))
+                    })?
+                }
             }
+        }?;
+        if !changed {
+            return Err(iceberg::Error::new(
+                iceberg::ErrorKind::CatalogCommitConflicts,
+                format!("table {ident} changed while floe was committing to it"),
+            )
+            .with_retryable(true)
+            .into());
+        }
+        super::table_like(base, metadata, Some(&location))
+    }
+
+    /// Run every request queued: their files synced, then their compare-and-sets in one
+    /// transaction; each request learns whether its row changed (or the error that stopped
+    /// them all).
+    async fn run_queue(&self) {
+        let mut requests =
+            std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()));
+        // A commit given up while it waited (its task dropped) is not made.
+        requests.retain(|r| !r.done.is_closed());
+        if requests.is_empty() {
+            return;
+        }
+        let outcome = match crate::lake::storage::sync_written().await {
+            Ok(()) => self.compare_and_set(&requests).await,
+            Err(e) => Err(e.into()),
         };
+        match outcome {
+            Ok(changed) => {
+                for (request, changed) in requests.into_iter().zip(changed) {
+                    let _ = request.done.send(Ok(changed));
+                }
+            }
+            // Each request gets the error, as retryable as it is.
+            Err(e) => {
+                let retryable = e.is_retryable();
+                for request in requests {
+                    let _ = request.done.send(Err(Error::Catalog {
+                        context: format!("committing {}.{}", request.namespace, request.name),
+                        source: e.to_string().into(),
+                        retryable,
+                    }));
+                }
+            }
+        }
+    }
+
+    /// The compare-and-set of each request, in one transaction: whether each row changed.
+    async fn compare_and_set(&self, requests: &[Request]) -> Result<Vec<bool>> {
+        let p = |i: usize| self.param(i);
         let sql = format!(
             "UPDATE iceberg_tables SET metadata_location = {}, previous_metadata_location = {} \
              WHERE catalog_name = {} AND table_namespace = {} AND table_name = {} \
@@ -64,24 +316,176 @@ impl SqlCommitter {
             p(5),
             p(6)
         );
-        let done = sqlx::query(&sql)
-            .bind(location.clone())
-            .bind(base_location.clone())
-            .bind(self.catalog_name.clone())
-            .bind(ident.namespace().join("."))
-            .bind(ident.name().to_string())
-            .bind(base_location)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| Error::catalog_database(format!("committing {ident}"), e))?;
-        if done.rows_affected() == 0 {
-            return Err(iceberg::Error::new(
-                iceberg::ErrorKind::CatalogCommitConflicts,
-                format!("table {ident} changed while floe was committing to it"),
-            )
-            .with_retryable(true)
-            .into());
+        let what = || match requests {
+            [one] => format!("committing {}.{}", one.namespace, one.name),
+            _ => format!("committing {} tables", requests.len()),
+        };
+        let failed = |e| Error::catalog_database(what(), e);
+        let mut tx = self.pool.begin().await.map_err(failed)?;
+        let mut changed = Vec::with_capacity(requests.len());
+        for r in requests {
+            let done = sqlx::query(&sql)
+                .bind(r.location.clone())
+                .bind(r.base_location.clone())
+                .bind(self.catalog_name.clone())
+                .bind(r.namespace.clone())
+                .bind(r.name.clone())
+                .bind(r.base_location.clone())
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?;
+            changed.push(done.rows_affected() > 0);
         }
-        super::table_like(base, metadata, Some(&location))
+        tx.commit().await.map_err(failed)?;
+        Ok(changed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// Requests for `(name, base)` (their outcomes dropped: only the transaction is tested).
+    fn requests(rows: &[(&str, &str)]) -> Vec<Request> {
+        rows.iter()
+            .map(|(name, base)| Request {
+                namespace: "ns".into(),
+                name: name.to_string(),
+                base_location: base.to_string(),
+                location: format!("{base}+1"),
+                done: oneshot::channel().0,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn tables_created_together_skip_those_another_writer_made() {
+        use iceberg::CatalogBuilder;
+        use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+        use iceberg_catalog_sql::{SqlBindStyle, SqlCatalogBuilder};
+        let dir = tempfile::tempdir().unwrap();
+        let uri = format!("sqlite://{}/c.db?mode=rwc", dir.path().display());
+        let warehouse = format!("{}/wh", dir.path().display());
+        let factory = Arc::new(crate::lake::storage::LocalStorageFactory);
+        let catalog = SqlCatalogBuilder::default()
+            .with_storage_factory(factory.clone())
+            .sql_bind_style(SqlBindStyle::QMark)
+            .load(
+                "lake",
+                [
+                    ("uri".to_string(), uri.clone()),
+                    ("warehouse".to_string(), warehouse.clone()),
+                ]
+                .into(),
+            )
+            .await
+            .unwrap();
+        let ns = NamespaceIdent::new("ns".into());
+        catalog
+            .create_namespace(&ns, Default::default())
+            .await
+            .unwrap();
+        let io = iceberg::io::FileIOBuilder::new(factory).build();
+        let committer = SqlCommitter::connect(&uri, "lake")
+            .await
+            .unwrap()
+            .with_warehouse(&warehouse, io);
+        let creation = |name: &str| {
+            TableCreation::builder()
+                .name(name.to_string())
+                .schema(
+                    Schema::builder()
+                        .with_fields(vec![Arc::new(NestedField::optional(
+                            1,
+                            "id",
+                            Type::Primitive(PrimitiveType::Long),
+                        ))])
+                        .build()
+                        .unwrap(),
+                )
+                .build()
+        };
+        catalog.create_table(&ns, creation("b")).await.unwrap();
+        let names: Vec<String> = ["a", "b", "c"].map(String::from).into();
+        let existing = committer.existing(&ns, &names).await.unwrap();
+        assert_eq!(existing, ["b".to_string()].into());
+        let made = committer
+            .create_tables(&catalog, &ns, names.iter().map(|n| creation(n)).collect())
+            .await
+            .unwrap()
+            .expect("a committer that knows the warehouse creates");
+        let made: Vec<Option<String>> = made
+            .iter()
+            .map(|t| t.as_ref().map(|t| t.metadata().location().to_string()))
+            .collect();
+        assert_eq!(
+            made,
+            [
+                Some(format!("{warehouse}/ns/a")),
+                None,
+                Some(format!("{warehouse}/ns/c"))
+            ]
+        );
+        // The catalog loads what was created: its metadata file was written where it names.
+        for name in ["a", "c"] {
+            let t = catalog
+                .load_table(&TableIdent::new(ns.clone(), name.into()))
+                .await
+                .unwrap();
+            assert!(t.metadata().current_schema().field_by_name("id").is_some());
+        }
+        let tables = catalog.list_tables(&ns).await.unwrap();
+        assert_eq!(tables.len(), 3);
+    }
+
+    #[tokio::test]
+    async fn each_compare_and_set_in_one_transaction_succeeds_or_conflicts_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = format!("sqlite://{}/c.db?mode=rwc", dir.path().display());
+        let committer = SqlCommitter::connect(&uri, "lake").await.unwrap();
+        sqlx::query(
+            "CREATE TABLE iceberg_tables (catalog_name TEXT, table_namespace TEXT, \
+             table_name TEXT, metadata_location TEXT, previous_metadata_location TEXT)",
+        )
+        .execute(&committer.pool)
+        .await
+        .unwrap();
+        for name in ["a", "b", "c"] {
+            sqlx::query(&format!(
+                "INSERT INTO iceberg_tables VALUES ('lake', 'ns', '{name}', '{name}-0', NULL)"
+            ))
+            .execute(&committer.pool)
+            .await
+            .unwrap();
+        }
+        // `b`'s base is not current (another writer committed): only it conflicts.
+        let changed = committer
+            .compare_and_set(&requests(&[("a", "a-0"), ("b", "b-old"), ("c", "c-0")]))
+            .await
+            .unwrap();
+        assert_eq!(changed, [true, false, true]);
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT table_name, metadata_location FROM iceberg_tables ORDER BY table_name",
+        )
+        .fetch_all(&committer.pool)
+        .await
+        .unwrap();
+        let rows: Vec<(&str, &str)> = rows.iter().map(|(a, b)| (&a[..], &b[..])).collect();
+        assert_eq!(rows, [("a", "a-0+1"), ("b", "b-0"), ("c", "c-0+1")]);
+        // A queued commit whose caller gave up is not made.
+        committer
+            .queue
+            .lock()
+            .unwrap()
+            .extend(requests(&[("c", "c-0+1")]));
+        committer.run_queue().await;
+        let c: (String,) =
+            sqlx::query_as("SELECT metadata_location FROM iceberg_tables WHERE table_name = 'c'")
+                .fetch_one(&committer.pool)
+                .await
+                .unwrap();
+        assert_eq!(c.0, "c-0+1");
     }
 }

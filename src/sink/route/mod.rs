@@ -28,13 +28,14 @@ pub use options::{MAX_TABLE_NAME_BYTES, RouteOptions, table_name};
 
 use budget::{Closing, write_unwritten};
 use groups::{Groups, drop_all_null_columns};
-use open::{Opener, PARALLEL_OPENS};
+use open::Opener;
 
 use super::table_sink::TableSink;
 use super::{Outcome, Rejected, RowOrigins, Sink};
 use crate::checkpoint::PendingCommit;
 use crate::connector::Origin;
 use crate::error::{Error, Reject, Result};
+use crate::lake::commit::Committer;
 use crate::schema::narrow_integers;
 
 /// The column the routed query adds with each row's route value.
@@ -44,6 +45,9 @@ pub const ROUTE_COLUMN: &str = "__floe_route";
 pub struct RoutedSink {
     catalog_name: String,
     catalog: Arc<dyn Catalog>,
+    /// floe's commit path to the catalog, when it has one (new tables are created together
+    /// through it, see [`Opener::open_all`]).
+    committer: Option<Arc<Committer>>,
     namespace: NamespaceIdent,
     options: RouteOptions,
     tables: HashMap<String, TableSink>,
@@ -91,6 +95,7 @@ impl RoutedSink {
         Self {
             catalog_name: catalog_name.to_string(),
             catalog: catalog.clone(),
+            committer: None,
             namespace,
             options,
             tables: HashMap::new(),
@@ -107,6 +112,13 @@ impl RoutedSink {
             gathered_bytes: 0,
             written_tables: Default::default(),
         }
+    }
+
+    /// The same sink, creating new tables through `committer` (a SQL catalog creates the
+    /// tables one routed batch names together, in one transaction).
+    pub fn with_committer(mut self, committer: Option<Arc<Committer>>) -> Self {
+        self.committer = committer;
+        self
     }
 
     /// `batch` with the schema allocation earlier batches of the same schema had.
@@ -281,25 +293,23 @@ impl RoutedSink {
         let opener = Opener {
             catalog_name: self.catalog_name.clone(),
             catalog: self.catalog.clone(),
+            committer: self.committer.clone(),
             namespace: self.namespace.clone(),
             options: self.options.clone(),
         };
         // A table its rows cannot create (their columns make no schema) rejects them.
         let mut refused: HashMap<String, Reject> = HashMap::new();
-        for chunk in new.chunks(PARALLEL_OPENS) {
-            let opens = chunk.iter().map(|(name, rows)| opener.open(name, rows));
-            let sinks = futures::future::join_all(opens).await;
-            for ((name, _), sink) in chunk.iter().zip(sinks) {
-                match sink {
-                    Ok(sink) => {
-                        self.written_tables.insert(name.clone());
-                        self.tables.insert(name.clone(), sink);
-                    }
-                    Err(Error::Record(reject)) => {
-                        refused.insert(name.clone(), reject);
-                    }
-                    Err(e) => return Err(e),
+        let names: Vec<String> = new.iter().map(|(name, _)| name.clone()).collect();
+        for (name, sink) in names.into_iter().zip(opener.open_all(&new).await?) {
+            match sink {
+                Ok(sink) => {
+                    self.written_tables.insert(name.clone());
+                    self.tables.insert(name, sink);
                 }
+                Err(Error::Record(reject)) => {
+                    refused.insert(name, reject);
+                }
+                Err(e) => return Err(e),
             }
         }
         let mut written = 0;

@@ -9,12 +9,13 @@ use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
 
 use super::RouteOptions;
 use crate::error::{Error, Reject, Result};
+use crate::lake::commit::Committer;
 use crate::schema::changes::{split_changes, without_source_table};
 use crate::schema::types::column_count;
 use crate::schema::{iceberg_schema, with_key};
 use crate::sink::table_sink::{TableSink, spec_for};
 
-/// Tables opened or created at once when a poll names several new ones.
+/// Tables opened (or created, one by one) at once when a poll names several new ones.
 pub(super) const PARALLEL_OPENS: usize = 8;
 
 /// What opening a routed table needs, apart from the sink's open writers (which must not be
@@ -22,51 +23,72 @@ pub(super) const PARALLEL_OPENS: usize = 8;
 pub(super) struct Opener {
     pub(super) catalog_name: String,
     pub(super) catalog: Arc<dyn Catalog>,
+    /// floe's commit path to the catalog: a SQL catalog's creates new tables together.
+    pub(super) committer: Option<Arc<Committer>>,
     pub(super) namespace: NamespaceIdent,
     pub(super) options: RouteOptions,
 }
 
 impl Opener {
+    /// The tables `new` names, each with its first rows: loaded, or created from the rows'
+    /// columns. A SQL catalog's new tables are created together (one transaction, see
+    /// [`crate::lake::commit::SqlCommitter::create_tables`]); others, and tables that exist,
+    /// are opened [`PARALLEL_OPENS`] at a time. A table its rows cannot create is an
+    /// `Error::Record` in its place; other errors stop them all.
+    pub(super) async fn open_all(
+        &self,
+        new: &[(String, &RecordBatch)],
+    ) -> Result<Vec<Result<TableSink>>> {
+        let mut opened: Vec<Option<Result<TableSink>>> = new.iter().map(|_| None).collect();
+        if let Some(Committer::Sql(sql)) = self.committer.as_deref()
+            && new.len() > 1
+        {
+            let names: Vec<String> = new.iter().map(|(name, _)| name.clone()).collect();
+            let existing = sql.existing(&self.namespace, &names).await?;
+            let (mut creations, mut creating) = (Vec::new(), Vec::new());
+            for (i, (name, rows)) in new.iter().enumerate() {
+                if existing.contains(name) {
+                    continue;
+                }
+                match self.creation(name, rows) {
+                    Ok(c) => {
+                        creations.push(c);
+                        creating.push(i);
+                    }
+                    Err(e) => opened[i] = Some(Err(e)),
+                }
+            }
+            if !creations.is_empty()
+                && let Some(tables) = sql
+                    .create_tables(self.catalog.as_ref(), &self.namespace, creations)
+                    .await?
+            {
+                for (i, table) in creating.into_iter().zip(tables) {
+                    // (`None`: another writer created it meanwhile; loaded below.)
+                    opened[i] = table.map(|t| Ok(self.sink(t)));
+                }
+            }
+        }
+        let rest: Vec<usize> = (0..new.len()).filter(|&i| opened[i].is_none()).collect();
+        for chunk in rest.chunks(PARALLEL_OPENS) {
+            let opens = chunk.iter().map(|&i| self.open(&new[i].0, new[i].1));
+            for (&i, sink) in chunk.iter().zip(futures::future::join_all(opens).await) {
+                opened[i] = Some(sink);
+            }
+        }
+        Ok(opened
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| Err(Error::Internal("a table was not opened".into()))))
+            .collect())
+    }
+
     /// The table `name`: loaded, or created from the columns of its first rows.
-    pub(super) async fn open(&self, name: &str, rows: &RecordBatch) -> Result<TableSink> {
+    async fn open(&self, name: &str, rows: &RecordBatch) -> Result<TableSink> {
         let ident = TableIdent::new(self.namespace.clone(), name.to_string());
         let table = match self.catalog.load_table(&ident).await {
             Ok(t) => t,
             Err(e) if e.kind() == ErrorKind::TableNotFound => {
-                // A change stream's rows name their source table's key: the new table's.
-                let (data, changes) = split_changes(rows.clone())?;
-                let data = without_source_table(data)?;
-                let key: Vec<String> = changes
-                    .as_ref()
-                    .and_then(|c| c.distinct_key_names().into_iter().flatten().next())
-                    .map(|names| names.split(',').map(str::to_string).collect())
-                    .unwrap_or_default();
-                let key: Vec<&str> = key.iter().map(String::as_str).collect();
-                // Rows whose columns make no Iceberg schema (`a.b` beside a struct `a` with
-                // a field `b`, say) are the rows' fault: dead letters, found by the job.
-                let schema = iceberg_schema(data.schema().as_ref(), true)
-                    .map_err(|e| e.to_string())
-                    .and_then(|schema| with_key(schema, &key, true, &name))
-                    .map_err(|e| {
-                        Error::Record(Reject::new(format!(
-                            "the rows' columns make no table schema for new table '{name}': {e}"
-                        )))
-                    })?;
-                let columns = column_count(&schema);
-                if columns > self.options.max_columns {
-                    return Err(Error::Record(Reject::new(format!(
-                        "the rows would give new table '{name}' {columns} columns, more than \
-                         'schema.max-columns' ({})",
-                        self.options.max_columns
-                    ))));
-                }
-                let spec = spec_for(&schema, None, &self.options.candidates)?;
-                let creation = TableCreation::builder()
-                    .name(name.to_string())
-                    .schema(schema)
-                    .partition_spec_opt(spec)
-                    .properties(self.options.table_properties.clone())
-                    .build();
+                let creation = self.creation(name, rows)?;
                 match self.catalog.create_table(&self.namespace, creation).await {
                     Ok(t) => t,
                     Err(e) if e.kind() == ErrorKind::TableAlreadyExists => {
@@ -77,7 +99,50 @@ impl Opener {
             }
             Err(e) => return Err(e.into()),
         };
-        Ok(TableSink::new(
+        Ok(self.sink(table))
+    }
+
+    /// The new table `name` its first rows make: their columns (a change stream's rows name
+    /// their source table's key: the table's), and the partition candidates they have.
+    fn creation(&self, name: &str, rows: &RecordBatch) -> Result<TableCreation> {
+        let (data, changes) = split_changes(rows.clone())?;
+        let data = without_source_table(data)?;
+        let key: Vec<String> = changes
+            .as_ref()
+            .and_then(|c| c.distinct_key_names().into_iter().flatten().next())
+            .map(|names| names.split(',').map(str::to_string).collect())
+            .unwrap_or_default();
+        let key: Vec<&str> = key.iter().map(String::as_str).collect();
+        // Rows whose columns make no Iceberg schema (`a.b` beside a struct `a` with a field
+        // `b`, say) are the rows' fault: dead letters, found by the job.
+        let schema = iceberg_schema(data.schema().as_ref(), true)
+            .map_err(|e| e.to_string())
+            .and_then(|schema| with_key(schema, &key, true, &name))
+            .map_err(|e| {
+                Error::Record(Reject::new(format!(
+                    "the rows' columns make no table schema for new table '{name}': {e}"
+                )))
+            })?;
+        let columns = column_count(&schema);
+        if columns > self.options.max_columns {
+            return Err(Error::Record(Reject::new(format!(
+                "the rows would give new table '{name}' {columns} columns, more than \
+                 'schema.max-columns' ({})",
+                self.options.max_columns
+            ))));
+        }
+        let spec = spec_for(&schema, None, &self.options.candidates)?;
+        Ok(TableCreation::builder()
+            .name(name.to_string())
+            .schema(schema)
+            .partition_spec_opt(spec)
+            .properties(self.options.table_properties.clone())
+            .build())
+    }
+
+    /// A routed table's sink.
+    fn sink(&self, table: iceberg::table::Table) -> TableSink {
+        TableSink::new(
             &self.catalog_name,
             &self.catalog,
             table,
@@ -87,6 +152,6 @@ impl Opener {
         .deferred()
         .created_on_sight()
         .with_max_columns(self.options.max_columns)
-        .with_case_insensitive(self.options.case_insensitive))
+        .with_case_insensitive(self.options.case_insensitive)
     }
 }
