@@ -27,36 +27,6 @@ mod common;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const KINDS: [&str; 4] = ["order", "page_view", "interaction", "signup"];
-const REGIONS: [&str; 4] = ["eu-west", "us-east", "ap-south", "sa-east"];
-
-/// One ~285-byte, 11-field event.
-fn event(i: u64) -> String {
-    format!(
-        "{{\"event_id\":{i},\"event_type\":\"{}\",\"event_time\":\"2024-05-01T{:02}:{:02}:{:02}\",\
-         \"user_id\":{},\"session_id\":\"s-{:012x}\",\"region\":\"{}\",\"amount\":{}.{:02},\
-         \"url\":\"https://shop.example.com/products/item/{}?ref=home\",\"device\":\"{}\",\"ok\":{},\
-         \"tags\":\"promo,spring,newsletter,{}\"}}",
-        KINDS[(i % 4) as usize],
-        (i / 3600) % 24,
-        (i / 60) % 60,
-        i % 60,
-        i * 7919 % 100_000,
-        i * 2_654_435_761 % (1 << 40),
-        REGIONS[(i / 7 % 4) as usize],
-        i % 500,
-        i % 100,
-        i % 10_000,
-        if i.is_multiple_of(3) {
-            "mobile"
-        } else {
-            "desktop"
-        },
-        !i.is_multiple_of(5),
-        i % 97
-    )
-}
-
 /// The events' columns, in SQL.
 const COLUMNS: &str = "event_id BIGINT, event_type STRING, event_time TIMESTAMP, \
                        user_id BIGINT, session_id STRING, region STRING, amount DOUBLE, \
@@ -161,7 +131,7 @@ fn main() {
     std::fs::create_dir_all(&data).expect("data dir");
     let mut text = String::new();
     for i in 0..events {
-        text.push_str(&event(i));
+        text.push_str(&common::event(i));
         text.push('\n');
     }
     let bytes = text.len() as f64 / events as f64;

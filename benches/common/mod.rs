@@ -18,6 +18,7 @@ pub fn one_core() -> tokio::runtime::Runtime {
 /// A session with a sqlite catalog `lake`, job state and checkpoints (10 s or
 /// `FLOE_BENCH_INTERVAL`, the INSERT waiting
 /// for its job) under `dir`, after running `setup`.
+#[allow(dead_code)]
 pub async fn lake_session(dir: &std::path::Path, setup: &str) -> Session {
     let d = dir.display();
     let interval = std::env::var("FLOE_BENCH_INTERVAL").unwrap_or_else(|_| "10s".into());
@@ -120,4 +121,38 @@ pub async fn text(session: &floe::Session, sql: &str) -> String {
         }
         _ => String::new(),
     }
+}
+
+#[allow(dead_code)]
+const KINDS: [&str; 4] = ["order", "page_view", "interaction", "signup"];
+#[allow(dead_code)]
+const REGIONS: [&str; 4] = ["eu-west", "us-east", "ap-south", "sa-east"];
+
+/// One ~285-byte, 11-field JSON event (`event_id`, `event_type`, `event_time`, `user_id`,
+/// ...): the ingest and table benchmarks' record.
+#[allow(dead_code)]
+pub fn event(i: u64) -> String {
+    format!(
+        "{{\"event_id\":{i},\"event_type\":\"{}\",\"event_time\":\"2024-05-01T{:02}:{:02}:{:02}\",\
+         \"user_id\":{},\"session_id\":\"s-{:012x}\",\"region\":\"{}\",\"amount\":{}.{:02},\
+         \"url\":\"https://shop.example.com/products/item/{}?ref=home\",\"device\":\"{}\",\"ok\":{},\
+         \"tags\":\"promo,spring,newsletter,{}\"}}",
+        KINDS[(i % 4) as usize],
+        (i / 3600) % 24,
+        (i / 60) % 60,
+        i % 60,
+        i * 7919 % 100_000,
+        i * 2_654_435_761 % (1 << 40),
+        REGIONS[(i / 7 % 4) as usize],
+        i % 500,
+        i % 100,
+        i % 10_000,
+        if i.is_multiple_of(3) {
+            "mobile"
+        } else {
+            "desktop"
+        },
+        !i.is_multiple_of(5),
+        i % 97
+    )
 }
