@@ -54,6 +54,10 @@ fn run(dir: &Path, data: &Path, tables: u64) -> Run {
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
         .args(["--format", "csv", "-f"])
         .arg(&script)
+        // The default: with backtraces on, every error iceberg-rust builds (some eagerly, on
+        // paths that succeed) captures one.
+        .env_remove("RUST_BACKTRACE")
+        .env_remove("RUST_LIB_BACKTRACE")
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("start floe");
