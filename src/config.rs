@@ -52,6 +52,10 @@ pub struct FloeOptions {
     /// each checkpoint with the tables it writes (named by the checkpoint's commits), so that
     /// a lost `state.dir` loses nothing.
     pub state_lake_copy: bool,
+    /// `parallelism.default`: the cores a continuous job decodes its records and writes its
+    /// files on at once (none: every core the process may use). `1` runs the job on one
+    /// thread.
+    pub parallelism: Option<usize>,
 }
 
 impl Default for FloeOptions {
@@ -67,6 +71,7 @@ impl Default for FloeOptions {
             lookup_refresh: Duration::from_secs(60),
             state_memory: 256 << 20,
             state_lake_copy: true,
+            parallelism: None,
         }
     }
 }
@@ -80,6 +85,7 @@ const IDLE_TIMEOUT: &str = "source.idle-timeout";
 const LOOKUP_REFRESH: &str = "lookup.refresh-interval";
 const STATE_MEMORY: &str = "state.memory-budget";
 const STATE_LAKE_COPY: &str = "state.lake-copy";
+const PARALLELISM: &str = "parallelism.default";
 
 /// A `true`/`false` setting's value.
 fn parse_bool(key: &str, value: &str) -> DFResult<bool> {
@@ -174,6 +180,20 @@ impl ExtensionOptions for FloeOptions {
                     })?),
                 };
             }
+            PARALLELISM => {
+                self.parallelism = match value.trim() {
+                    "" | "default" => None,
+                    v => match v.parse::<usize>() {
+                        Ok(n) if n > 0 => Some(n),
+                        _ => {
+                            return Err(DataFusionError::Configuration(format!(
+                                "floe.{PARALLELISM} must be a positive number of cores (or \
+                                 'default': every core), got '{value}'"
+                            )));
+                        }
+                    },
+                };
+            }
             other if other.starts_with(MAINTENANCE_PREFIX) => {
                 let mut next = self.maintenance.clone();
                 next.insert(other.to_string(), value.to_string());
@@ -186,7 +206,8 @@ impl ExtensionOptions for FloeOptions {
                     "unknown setting 'floe.{other}'; floe's settings are floe.{PIPELINE_NAME}, \
                      floe.{CHECKPOINT_INTERVAL}, floe.{STATE_DIR}, floe.{DML_SYNC}, \
                      floe.{ALLOWED_LATENESS}, floe.{IDLE_TIMEOUT}, floe.{LOOKUP_REFRESH}, \
-                     floe.{STATE_MEMORY}, floe.{STATE_LAKE_COPY} and floe.{MAINTENANCE_PREFIX}*"
+                     floe.{STATE_MEMORY}, floe.{STATE_LAKE_COPY}, floe.{PARALLELISM} and \
+                     floe.{MAINTENANCE_PREFIX}*"
                 )));
             }
         }
@@ -244,6 +265,11 @@ impl ExtensionOptions for FloeOptions {
                  checkpoint, so that a lost state.dir loses nothing.",
             ),
             entry(
+                PARALLELISM,
+                self.parallelism.map(|n| n.to_string()),
+                "Cores a continuous job decodes and writes on at once (unset: every core).",
+            ),
+            entry(
                 IDLE_TIMEOUT,
                 self.idle_timeout.map(format_duration),
                 "How long a source may send nothing before it no longer holds the watermark \
@@ -292,6 +318,15 @@ mod tests {
         assert!(shown.contains(&("floe.checkpoint.interval".into(), Some("500ms".into()))));
         assert!(shown.contains(&("floe.pipeline.name".into(), Some("orders".into()))));
         assert!(o.set(CHECKPOINT_INTERVAL, "soon").is_err());
+        o.set(PARALLELISM, "3").unwrap();
+        assert_eq!(o.parallelism, Some(3));
+        for bad in ["0", "-1", "all"] {
+            let e = o.set(PARALLELISM, bad).unwrap_err().to_string();
+            assert!(e.contains("positive number of cores"), "{e}");
+        }
+        assert_eq!(o.parallelism, Some(3));
+        o.set(PARALLELISM, "default").unwrap();
+        assert_eq!(o.parallelism, None);
         assert!(
             o.set("nope", "1")
                 .unwrap_err()

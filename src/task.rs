@@ -61,3 +61,8 @@ pub async fn joined<T>(
     task.await
         .map_err(|e| Error::Internal(format!("{what}: {e}")))?
 }
+
+/// The cores this process may run on (its CPU affinity and quota allowing), at least one.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}

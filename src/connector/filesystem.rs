@@ -16,6 +16,7 @@
 //! stopped (see [`FilesystemReader`]). Files are taken as immutable once they appear.
 
 use std::collections::{BTreeSet, HashSet};
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -104,8 +105,13 @@ pub struct FilesystemReader {
     last_listing: Option<Instant>,
 }
 
-/// A line of a file: its 1-based number and its bytes.
-type Line = (u64, Vec<u8>);
+/// A poll's lines of a file: their bytes one after another, and each line's 1-based number
+/// and place in them.
+#[derive(Default)]
+struct Lines {
+    text: Vec<u8>,
+    lines: Vec<(u64, Range<usize>)>,
+}
 
 /// The file being read.
 struct OpenFile {
@@ -188,11 +194,7 @@ impl FilesystemReader {
     /// Read the next lines of the open file: at most `max_rows` records or [`POLL_BYTES`]
     /// bytes. Returns the first line's number (0-based) and the non-blank lines, each with
     /// its number; `true` when the file is at its end.
-    fn read_lines(
-        file: &mut OpenFile,
-        max_rows: usize,
-        max_line: usize,
-    ) -> Result<(Vec<Line>, bool)> {
+    fn read_lines(file: &mut OpenFile, max_rows: usize, max_line: usize) -> Result<(Lines, bool)> {
         use std::io::{Seek, SeekFrom};
         if file.reader.is_none() {
             let mut f = std::fs::File::open(&file.path)
@@ -201,40 +203,47 @@ impl FilesystemReader {
                 .map_err(|e| Error::io(format!("seeking in {}", file.path), e))?;
             file.reader = Some(std::io::BufReader::with_capacity(1 << 20, f));
         }
-        let Some(reader) = file.reader.as_mut() else {
-            return Ok((Vec::new(), true));
+        // Room for a poll's bytes at once (pages not written are not taken): the buffer is
+        // not copied as it grows.
+        let mut read = Lines {
+            text: Vec::with_capacity(POLL_BYTES),
+            lines: Vec::new(),
         };
-        let mut lines = Vec::new();
-        let mut bytes = 0;
-        let mut buf = Vec::new();
-        while lines.len() < max_rows.max(1) && bytes < POLL_BYTES {
-            buf.clear();
-            let n = read_line(reader, &mut buf, max_line)
+        let Some(reader) = file.reader.as_mut() else {
+            return Ok((read, true));
+        };
+        let Lines { text, lines } = &mut read;
+        while lines.len() < max_rows.max(1) && text.len() < POLL_BYTES {
+            let start = text.len();
+            let n = read_line(reader, text, max_line)
                 .map_err(|e| Error::io(format!("reading {}", file.path), e))?;
             if n == 0 {
-                return Ok((lines, true));
+                return Ok((read, true));
             }
             file.byte += n as u64;
             file.line += 1;
-            let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
+            let line = &text[start..];
+            let line = line.strip_suffix(b"\n").unwrap_or(line);
             let line = line.strip_suffix(b"\r").unwrap_or(line);
-            if line.trim_ascii().is_empty() {
+            let (end, blank) = (start + line.len(), line.trim_ascii().is_empty());
+            if blank || file.skip_records > 0 {
+                if !blank {
+                    file.skip_records -= 1;
+                }
+                text.truncate(start);
                 continue;
             }
-            if file.skip_records > 0 {
-                file.skip_records -= 1;
-                continue;
-            }
-            bytes += line.len();
-            lines.push((file.line, line.to_vec()));
+            text.truncate(end);
+            lines.push((file.line, start..end));
         }
-        Ok((lines, false))
+        Ok((read, false))
     }
 
-    /// Decode `lines` of `file` (each with its 1-based line number); lines that do not
-    /// decode are returned as rejects, the others as a batch with metadata columns.
-    async fn decode(&self, file: &str, lines: Vec<Line>) -> Result<Poll> {
-        let records: Vec<&[u8]> = lines.iter().map(|(_, l)| l.as_slice()).collect();
+    /// Decode `lines` of `file`; lines that do not decode are returned as rejects, the
+    /// others as a batch with metadata columns.
+    async fn decode(&self, file: &str, lines: Lines) -> Result<Poll> {
+        let Lines { text, lines } = lines;
+        let records: Vec<&[u8]> = lines.iter().map(|(_, at)| &text[at.clone()]).collect();
         let decoded = self.options.decoder.decode(&records).await?;
         let number = |i: usize| lines[i].0;
         let rejects = decoded
@@ -258,9 +267,10 @@ impl FilesystemReader {
             )) as ArrayRef),
             _ => None,
         })?;
+        drop(records);
         let file = file.to_string();
-        let origins = RecordOrigins::new(lines, decoded.group_rows(), move |(n, bytes)| {
-            Some((file.clone(), *n, bytes.clone()))
+        let origins = RecordOrigins::new(lines, decoded.group_rows(), move |(n, at)| {
+            Some((file.clone(), *n, text[at.clone()].to_vec()))
         });
         Ok(Poll::Records {
             batches,
@@ -275,22 +285,23 @@ impl FilesystemReader {
     }
 }
 
-/// Read through the next `\n` into `buf`, keeping at most `max + 1` bytes of the line (a
-/// longer one is a bad record, whatever the rest holds): the bytes read.
+/// Read through the next `\n` onto the end of `buf`, keeping at most `max + 1` bytes of the
+/// line (a longer one is a bad record, whatever the rest holds): the bytes read.
 fn read_line(
     reader: &mut impl std::io::BufRead,
     buf: &mut Vec<u8>,
     max: usize,
 ) -> std::io::Result<usize> {
+    let start = buf.len();
     let mut read = 0;
     loop {
         let available = reader.fill_buf()?;
         if available.is_empty() {
             return Ok(read);
         }
-        let end = available.iter().position(|&b| b == b'\n');
+        let end = memchr::memchr(b'\n', available);
         let take = end.map_or(available.len(), |i| i + 1);
-        let room = (max + 1).saturating_sub(buf.len());
+        let room = (max + 1).saturating_sub(buf.len() - start);
         buf.extend_from_slice(&available[..take.min(room)]);
         reader.consume(take);
         read += take;
@@ -470,6 +481,43 @@ mod tests {
             }
         }
         out
+    }
+
+    /// A reader read ahead gives the same polls, and its offsets are those after the poll
+    /// taken, not after the ones read ahead: a checkpoint names only the records it took.
+    #[tokio::test]
+    async fn read_ahead_offsets_are_the_polls_taken() {
+        use crate::connector::prefetch::Prefetched;
+        let dir = tempfile::tempdir().unwrap();
+        let lines: String = (0..10).map(|i| format!("{{\"id\": {i}}}\n")).collect();
+        std::fs::write(dir.path().join("a.json"), &lines).unwrap();
+        std::fs::write(dir.path().join("b.json"), r#"{"id": 10}"#).unwrap();
+        let mut plain = reader(dir.path(), "json", &[]);
+        let mut ahead = Prefetched::new(Box::new(reader(dir.path(), "json", &[])), 3, 2);
+        let start = ahead.offsets();
+        assert_eq!(start, plain.offsets());
+        let mut taken: Vec<i64> = Vec::new();
+        loop {
+            let (a, p) = (ahead.poll(3).await.unwrap(), plain.poll(3).await.unwrap());
+            // Read ahead by now (a channel of two): still the offsets after this poll.
+            tokio::task::yield_now().await;
+            assert_eq!(ahead.offsets(), plain.offsets());
+            match (a, p) {
+                (Poll::Records { batches: a, .. }, Poll::Records { batches: p, .. }) => {
+                    assert_eq!(a, p);
+                    for b in a {
+                        taken.extend(b.column(0).as_primitive::<Int64Type>().values());
+                    }
+                }
+                (Poll::Finished, Poll::Finished) => break,
+                _ => panic!("the polls differ"),
+            }
+        }
+        assert_eq!(taken, (0..=10).collect::<Vec<i64>>());
+        assert_ne!(ahead.offsets(), start);
+        // Nothing after the end; a read-ahead reader does not seek.
+        assert!(ahead.poll(3).await.is_err());
+        assert!(ahead.seek(&start).is_err());
     }
 
     #[tokio::test]

@@ -14,6 +14,7 @@ pub mod filesystem;
 pub mod kafka;
 pub mod kinesis;
 pub mod nexmark;
+pub mod prefetch;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -50,7 +51,8 @@ pub struct BadRecord {
 pub enum Poll {
     /// Decoded records and the ones that could not be decoded; the two together are what
     /// the poll consumed (the batch may have no rows when every record was rejected).
-    /// (An inferred source gives one batch per record shape; a declared one, one batch.)
+    /// (An inferred source gives a batch per record shape; a declared one, one batch; a
+    /// poll decoded in chunks, that for each chunk, in order.)
     Records {
         batches: Vec<RecordBatch>,
         rejects: Vec<BadRecord>,
@@ -289,6 +291,18 @@ impl SourceDef {
             Connector::Kafka(o) => o.decoder.columns_from(),
             Connector::Kinesis(o) => o.decoder.columns_from(),
         }
+    }
+
+    /// The source, its records decoded on at most `threads` threads at once.
+    pub fn decoding_on(&self, threads: usize) -> SourceDef {
+        let mut source = self.clone();
+        match &mut source.connector {
+            Connector::Datagen(_) => {}
+            Connector::Filesystem(o) => o.decoder.set_parallelism(threads),
+            Connector::Kafka(o) => o.decoder.set_parallelism(threads),
+            Connector::Kinesis(o) => o.decoder.set_parallelism(threads),
+        }
+        source
     }
 
     /// A reader from the start of the source.

@@ -13,7 +13,9 @@
 //! Decoding is columnar (arrow-json / arrow-csv over the whole poll). Only when a poll holds a
 //! bad record are its records decoded one by one, to keep the good ones and reject the bad
 //! ones with their reason. Inferred records are first grouped by shape, then each group is
-//! decoded the same way into its own schema.
+//! decoded the same way into its own schema. A large poll is decoded in chunks at once, a
+//! thread each, up to the job's cores (`parallelism.default`): its groups come chunk by
+//! chunk, in order.
 
 pub mod avro;
 pub mod debezium;
@@ -71,6 +73,27 @@ pub struct Decoder {
     avro: Option<Arc<AvroDecoder>>,
     /// `'record.max-size'`: larger records are not decoded but rejected.
     max_record_size: usize,
+    /// The threads a poll's records may be decoded on at once (see [`Self::split`]).
+    parallelism: usize,
+}
+
+/// Fewer records than this per thread, and a poll is not split further: a chunk handed to
+/// another thread for less decodes too little to pay for itself.
+const MIN_CHUNK: usize = 4096;
+
+/// The threads polls' chunks are decoded on besides the polling one: as many as the cores,
+/// kept for the process (a thread's allocator heap stays warm: threads started per poll
+/// spent a quarter of their time faulting fresh pages in).
+fn decoders() -> &'static rayon::ThreadPool {
+    static POOL: std::sync::OnceLock<rayon::ThreadPool> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(crate::task::cores())
+            .thread_name(|i| format!("floe-decode-{i}"))
+            .build()
+            // Only the OS refusing threads makes this fail: nothing can run then.
+            .unwrap_or_else(|e| panic!("cannot start floe's decoding threads: {e}"))
+    })
 }
 
 /// The default `'record.max-size'`.
@@ -135,6 +158,7 @@ impl Decoder {
                 inference: None,
                 avro: Some(Arc::new(AvroDecoder::try_new(format, options)?)),
                 max_record_size,
+                parallelism: crate::task::cores(),
             });
         }
         let timestamps = options.take_bool("json.timestamp-inference")?;
@@ -209,7 +233,13 @@ impl Decoder {
             inference,
             avro: None,
             max_record_size,
+            parallelism: crate::task::cores(),
         })
+    }
+
+    /// Decode a poll's records on at most `threads` threads at once (at least one).
+    pub fn set_parallelism(&mut self, threads: usize) {
+        self.parallelism = threads.max(1);
     }
 
     /// The largest record decoded (`'record.max-size'`); larger ones are rejected.
@@ -306,8 +336,9 @@ impl Decoder {
                         )
                     }
                 };
-                let decoded = avro.decode(&these)?;
-                let mut decoded = debezium::rows_of_envelopes(decoded, names.as_deref())?;
+                let mut decoded = self.split(&these, names.as_deref(), |records, names| {
+                    debezium::rows_of_envelopes(avro.decode(records)?, names)
+                })?;
                 for group in &mut decoded.groups {
                     for row in &mut group.rows {
                         *row = kept[*row];
@@ -319,22 +350,75 @@ impl Decoder {
                 return Ok(decoded);
             }
             avro.resolve(records).await?;
-            return avro.decode(records);
+            return self.split(records, keys, |records, _| avro.decode(records));
         }
-        if self.format == Format::DebeziumJson {
-            return match &self.inference {
-                None => decode_changes(&self.schema, records),
-                Some(inference) => decode_inferred_changes(inference, records, keys),
-            };
+        match (self.format, &self.inference) {
+            (Format::DebeziumJson, None) => self.split(records, keys, |records, _| {
+                decode_changes(&self.schema, records)
+            }),
+            (Format::DebeziumJson, Some(inference)) => {
+                self.split(records, keys, |records, keys| {
+                    decode_inferred_changes(inference, records, keys)
+                })
+            }
+            (format, None) => self.split(records, keys, |records, _| {
+                let (group, errors) = decode_group(format, &self.schema, records, |i| i)?;
+                Ok(Decoded {
+                    groups: vec![group],
+                    errors,
+                })
+            }),
+            (format, Some(inference)) => self.split(records, keys, |records, _| {
+                decode_shapes(format, inference, records)
+            }),
         }
-        let Some(inference) = &self.inference else {
-            let (group, errors) = decode_group(self.format, &self.schema, records, |i| i)?;
-            return Ok(Decoded {
-                groups: vec![group],
-                errors,
-            });
+    }
+
+    /// `decode` over `records` (with their `keys`, where there are): in chunks at once, a
+    /// thread each, when there are records enough and the decoder may use more than one;
+    /// the chunks' groups in order, their rows and errors numbered in `records`.
+    fn split<K: Sync>(
+        &self,
+        records: &[&[u8]],
+        keys: Option<&[K]>,
+        decode: impl Fn(&[&[u8]], Option<&[K]>) -> Result<Decoded> + Sync,
+    ) -> Result<Decoded> {
+        let chunks = self.parallelism.min(records.len() / MIN_CHUNK);
+        if chunks <= 1 {
+            return decode(records, keys);
+        }
+        let size = records.len().div_ceil(chunks);
+        let chunk = |c: usize| {
+            let range = c * size..((c + 1) * size).min(records.len());
+            (&records[range.clone()], keys.map(|k| &k[range]))
         };
-        decode_shapes(self.format, inference, records)
+        let mut decoded: Vec<Option<Result<Decoded>>> = (0..chunks).map(|_| None).collect();
+        let (first, others) = decoded.split_at_mut(1);
+        let decode = &decode;
+        decoders().in_place_scope(|scope| {
+            for (c, slot) in others.iter_mut().enumerate() {
+                let (records, keys) = chunk(c + 1);
+                scope.spawn(move |_| *slot = Some(decode(records, keys)));
+            }
+            let (records, keys) = chunk(0);
+            first[0] = Some(decode(records, keys));
+        });
+        let mut all = Decoded {
+            groups: Vec::new(),
+            errors: Vec::new(),
+        };
+        for (c, decoded) in decoded.into_iter().enumerate() {
+            let Decoded { groups, errors } = decoded
+                .ok_or_else(|| Error::Internal("a chunk of a poll was not decoded".into()))??;
+            let start = c * size;
+            for mut group in groups {
+                group.rows.iter_mut().for_each(|row| *row += start);
+                all.groups.push(group);
+            }
+            all.errors
+                .extend(errors.into_iter().map(|(i, e)| (i + start, e)));
+        }
+        Ok(all)
     }
 }
 
@@ -362,34 +446,48 @@ fn decode_shapes(format: Format, inference: &Inference, records: &[&[u8]]) -> Re
     let mut groups: Vec<(SchemaRef, Vec<usize>)> = Vec::new();
     let mut by_schema: HashMap<*const Schema, usize> = HashMap::new();
     let mut key = Vec::new();
-    {
-        let mut shapes = inference
+    // The cache is held only to look a shape up or add one: threads decoding other chunks
+    // of the poll use it too.
+    let shapes = || {
+        inference
             .shapes
             .lock()
-            .map_err(|_| Error::Internal("shape cache lock poisoned".into()))?;
-        for (i, r) in records.iter().enumerate() {
-            let known = shape_key::scan(r, inference.timestamps, &mut key)
-                .then(|| shapes.get(&key))
-                .flatten();
-            let schema = match known {
-                Some(schema) => schema,
-                None => match record_shape(r, inference.timestamps) {
-                    Ok(fields) => {
-                        shape_key::write(&fields, &mut key);
-                        shapes.schema(&key, &fields)
+            .map_err(|_| Error::Internal("shape cache lock poisoned".into()))
+    };
+    // The shapes this call met, by key, so that most records take no lock.
+    let mut met: HashMap<Vec<u8>, SchemaRef> = HashMap::new();
+    for (i, r) in records.iter().enumerate() {
+        let known = match shape_key::scan(r, inference.timestamps, &mut key) {
+            true => match met.get(&key) {
+                Some(schema) => Some(schema.clone()),
+                None => {
+                    let schema = shapes()?.get(&key);
+                    if let Some(schema) = &schema {
+                        met.insert(key.clone(), schema.clone());
                     }
-                    Err(e) => {
-                        errors.push((i, e));
-                        continue;
-                    }
-                },
-            };
-            let g = *by_schema.entry(Arc::as_ptr(&schema)).or_insert_with(|| {
-                groups.push((schema, Vec::new()));
-                groups.len() - 1
-            });
-            groups[g].1.push(i);
-        }
+                    schema
+                }
+            },
+            false => None,
+        };
+        let schema = match known {
+            Some(schema) => schema,
+            None => match record_shape(r, inference.timestamps) {
+                Ok(fields) => {
+                    shape_key::write(&fields, &mut key);
+                    shapes()?.schema(&key, &fields)
+                }
+                Err(e) => {
+                    errors.push((i, e));
+                    continue;
+                }
+            },
+        };
+        let g = *by_schema.entry(Arc::as_ptr(&schema)).or_insert_with(|| {
+            groups.push((schema, Vec::new()));
+            groups.len() - 1
+        });
+        groups[g].1.push(i);
     }
     let mut out = Vec::with_capacity(groups.len());
     for (schema, rows) in groups {
@@ -667,6 +765,73 @@ mod tests {
         );
         let bad: Vec<usize> = out.errors.iter().map(|(i, _)| *i).collect();
         assert_eq!(bad, vec![1, 3]);
+    }
+
+    /// Records of a large poll decoded in chunks at once: the chunks' groups in order, every
+    /// row and error numbered in the poll, the same rows as one thread gives.
+    #[tokio::test]
+    async fn a_large_poll_decodes_in_chunks_in_order() {
+        let texts: Vec<String> = (0..3 * MIN_CHUNK + 5)
+            .map(|i| match i % 1000 {
+                7 => "not json".to_string(),
+                _ if i % 3 == 0 => format!(r#"{{"id": {i}, "name": "n{i}", "agent": "x"}}"#),
+                _ => format!(r#"{{"id": {i}, "name": "n{i}"}}"#),
+            })
+            .collect();
+        let records: Vec<&[u8]> = texts.iter().map(String::as_bytes).collect();
+        let bad: Vec<usize> = (0..records.len()).filter(|i| i % 1000 == 7).collect();
+        let ids = |out: &Decoded| -> Vec<(usize, i64)> {
+            let mut ids: Vec<(usize, i64)> = out
+                .groups
+                .iter()
+                .flat_map(|g| {
+                    let id = g.batch.column(0).as_primitive::<Int64Type>().clone();
+                    g.rows.iter().copied().zip(id.values().to_vec())
+                })
+                .collect();
+            ids.sort_unstable();
+            ids
+        };
+        for format in ["declared", "inferred"] {
+            let mut d = match format {
+                "declared" => decoder("json"),
+                _ => {
+                    let mut o = Options::try_new("t", []).unwrap();
+                    Decoder::try_new("json", &mut o, Arc::new(Schema::empty())).unwrap()
+                }
+            };
+            d.set_parallelism(1);
+            let one = d.decode(&records).await.unwrap();
+            d.set_parallelism(3);
+            let three = d.decode(&records).await.unwrap();
+            assert_eq!(one.groups.len(), if format == "declared" { 1 } else { 2 });
+            assert_eq!(three.groups.len(), 3 * one.groups.len(), "{format}");
+            // Each row is the record it says it is, and every good record is there once.
+            let expected: Vec<(usize, i64)> = (0..records.len())
+                .filter(|i| !bad.contains(i))
+                .map(|i| (i, i as i64))
+                .collect();
+            assert_eq!(ids(&one), expected, "{format}");
+            assert_eq!(ids(&three), expected, "{format}");
+            let errors: Vec<usize> = three.errors.iter().map(|(i, _)| *i).collect();
+            assert_eq!(errors, bad, "{format}");
+            // Chunk by chunk: the groups' first rows rise.
+            let firsts: Vec<usize> = three.groups.iter().map(|g| g.rows[0]).collect();
+            assert!(
+                firsts.windows(2).all(|w| w[0] < w[1]),
+                "{format}: {firsts:?}"
+            );
+            // Shapes are shared across the chunks' threads.
+            for group in &three.groups {
+                let schema = group.batch.schema();
+                assert!(
+                    one.groups
+                        .iter()
+                        .any(|g| Arc::ptr_eq(&g.batch.schema(), &schema)),
+                    "{format}"
+                );
+            }
+        }
     }
 
     #[tokio::test]

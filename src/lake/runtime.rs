@@ -1,8 +1,9 @@
 //! The runtime that writes and commits: Parquet encoding, closing files, building and
-//! sending commits, apart from the runtime that polls sources, plans queries and answers the
-//! user. This is DataFusion's advice for CPU-bound work beside I/O (a runtime of its own, so
-//! that heavy work never stalls the tasks that wait on the network), and it replaces blocking
-//! threads that each drove one future with `block_on`.
+//! sending commits, and the sources' polls a job reads ahead (`connector::prefetch`), apart
+//! from the runtime that runs jobs' queries, plans statements and answers the user. This is
+//! DataFusion's advice for CPU-bound work beside I/O (a runtime of its own, so that heavy
+//! work never stalls the tasks that wait on the network), and it replaces blocking threads
+//! that each drove one future with `block_on`.
 //!
 //! Its workers are meant to be busy: the local file system calls made on them run right
 //! there (see [`super::storage`]) rather than on yet more threads, and there are two per
@@ -23,7 +24,7 @@ static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 fn handle() -> &'static Handle {
     RUNTIME
         .get_or_init(|| {
-            let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+            let cores = crate::task::cores();
             Builder::new_multi_thread()
                 .worker_threads(2 * cores)
                 .thread_name("floe-write")

@@ -242,6 +242,7 @@ impl Session {
             status,
             maintenance,
             idle_timeout: options.idle_timeout,
+            parallelism: options.parallelism.unwrap_or_else(crate::task::cores),
         })?;
         if !options.dml_sync {
             return Ok(Output::Started { job: name });

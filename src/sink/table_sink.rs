@@ -27,11 +27,12 @@ use crate::checkpoint::rewrite::rewrite_files;
 use crate::checkpoint::{FileGroup, PendingCommit};
 use crate::error::{Error, Reject, Result};
 use crate::lake::commit::staged;
-use crate::lake::{TableWriter, upsert};
+use crate::lake::{TableWriter, runtime, upsert};
 use crate::schema::changes::{Changes, split_changes, without_source_table};
 use crate::schema::merge::merge_schemas;
 use crate::schema::types::column_count;
 use crate::schema::{conform_to, evolve, match_case};
+use crate::task::{AbortOnDrop, joined};
 
 /// One partition candidate: a transform of a column, used by every table that has the
 /// column with a type the transform takes.
@@ -109,6 +110,9 @@ pub struct TableSink {
     /// files (routed sinks, see [`Self::deferred`]); otherwise they go to the writer every
     /// [`WRITE_ROWS`] rows, its row groups as large as the table's properties say.
     deferred: bool,
+    /// See [`Self::writing_behind`].
+    behind: Option<AbortOnDrop<Result<Written>>>,
+    writes_behind: bool,
     /// See [`Self::created_on_sight`].
     recreate: bool,
     /// Columns the schema may evolve to (see [`Self::with_max_columns`]).
@@ -223,6 +227,18 @@ impl Unwritten {
     }
 }
 
+/// An error writing rows gathered from earlier writes: not the latest batch's rows' fault
+/// (the job dead-letters a batch's rows by halving the batch), so never a record error; the
+/// job starts again from its last checkpoint.
+fn gathered(e: Error) -> Error {
+    match e {
+        Error::Record(reject) => Error::Internal(format!(
+            "writing rows gathered for the table, they do not fit: {reject}"
+        )),
+        e => e,
+    }
+}
+
 /// Rows gathered before a batch goes to the Parquet writer.
 pub const WRITE_ROWS: usize = 8192;
 
@@ -249,6 +265,8 @@ impl TableSink {
             writer: None,
             lent: false,
             deferred: false,
+            behind: None,
+            writes_behind: false,
             recreate: false,
             max_columns: usize::MAX,
             closed: Vec::new(),
@@ -272,6 +290,15 @@ impl TableSink {
     /// it gives each table's rows).
     pub fn deferred(mut self) -> Self {
         self.deferred = true;
+        self
+    }
+
+    /// Every [`WRITE_ROWS`] rows go to the writer on the write runtime (`lake::runtime`)
+    /// while the sink takes more, one write at a time: encoding Parquet on another core
+    /// while the job decodes and queries. (A table with a primary key holds its rows until
+    /// the checkpoint closes, as ever.)
+    pub fn writing_behind(mut self, on: bool) -> Self {
+        self.writes_behind = on;
         self
     }
 
@@ -373,7 +400,10 @@ impl TableSink {
         self.pending_bytes += slice_bytes(&rows);
         self.pending.push(rows);
         if !self.deferred && self.keys.is_empty() && self.pending_rows >= WRITE_ROWS {
-            self.flush().await?;
+            match self.writes_behind {
+                true => self.write_behind().await?,
+                false => self.flush().await?,
+            }
         }
         Ok(n as u64)
     }
@@ -476,6 +506,7 @@ impl TableSink {
 
     /// Hand the gathered rows to the writer (opening its files if none are open).
     pub async fn flush(&mut self) -> Result<()> {
+        self.settle().await?;
         let pending = self.take_pending();
         if pending.is_empty() {
             return Ok(());
@@ -485,7 +516,28 @@ impl TableSink {
             self.writer = Some(TableWriter::try_new(&self.staged)?);
         }
         if let Some(w) = &mut self.writer {
-            w.write(batch).await?;
+            w.write(batch).await.map_err(gathered)?;
+        }
+        Ok(())
+    }
+
+    /// Hand the gathered rows to the writer on the write runtime, once the write before is
+    /// done (see [`Self::writing_behind`]).
+    async fn write_behind(&mut self) -> Result<()> {
+        self.settle().await?;
+        if let Some(unwritten) = self.unwritten(false)? {
+            self.behind = Some(runtime::spawn(unwritten.write()));
+        }
+        Ok(())
+    }
+
+    /// Wait for the write behind, if one runs, and take the writer back.
+    async fn settle(&mut self) -> Result<()> {
+        if let Some(write) = self.behind.take() {
+            let written = joined(write, "writing a table's rows")
+                .await
+                .map_err(gathered)?;
+            self.give_back(written).await?;
         }
         Ok(())
     }
@@ -601,6 +653,7 @@ impl TableSink {
     /// Close the open files now (they are committed at the checkpoint); the next rows open
     /// new ones. Bounds how many files a job holds open across many tables.
     pub async fn close_writer(&mut self) -> Result<()> {
+        self.settle().await?;
         if let Some(unwritten) = self.take_unwritten(true)? {
             let written = unwritten.write().await?;
             self.give_back(written).await?;
@@ -610,6 +663,7 @@ impl TableSink {
 
     /// Write every row gathered or held and close the files.
     async fn write_out(&mut self) -> Result<()> {
+        self.settle().await?;
         if let Some(unwritten) = self.unwritten(true)? {
             let written = unwritten.write().await?;
             self.give_back(written).await?;

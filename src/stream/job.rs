@@ -3,6 +3,7 @@
 //! ```text
 //! start: last record -> commit what the tables lack -> seek sources -> loop
 //! loop:  poll a source -> run the query on the batch -> Sink::write (files stay invisible)
+//!        (on more than one core the sources' next polls run ahead: connector::prefetch)
 //!        rows that fail (Error::Record): the batch is halved until they are found, then
 //!        dead-lettered; every checkpoint.interval, at the end of bounded sources and on
 //!        STOP: the barrier (stream::barrier)
@@ -28,6 +29,7 @@ use crate::checkpoint::resume::{load_if_there, marks_in};
 use crate::checkpoint::{
     CheckpointRecord, LakeCopy, Resume, StateStore, TableMarks, commit_all, lake_copy, resume,
 };
+use crate::connector::prefetch::Prefetched;
 use crate::connector::{Offsets, Origins, Poll, SourceReader};
 use crate::error::{Error, Result};
 use crate::lake::Committer;
@@ -98,6 +100,9 @@ pub struct Job {
     pub maintenance: Option<MaintenancePolicy>,
     /// How long a source may send nothing before it no longer holds the watermark back.
     pub idle_timeout: Option<Duration>,
+    /// The threads its records are decoded on at once (`parallelism.default`); above one,
+    /// a table's files are written while the job reads on.
+    pub parallelism: usize,
 }
 
 pub(super) struct Runner<'a> {
@@ -301,7 +306,8 @@ impl<'a> Runner<'a> {
         let mut readers = Vec::new();
         let mut watermarks = Vec::new();
         for source in job.query.sources() {
-            readers.push((source.name.clone(), source.reader()?, false));
+            let reader = source.decoding_on(job.parallelism).reader()?;
+            readers.push((source.name.clone(), reader, false));
             watermarks.push(WatermarkTracker::try_new(source, job.query.state()).await?);
         }
         let target = &job.target;
@@ -383,6 +389,16 @@ impl<'a> Runner<'a> {
             }
             committed_offsets = sources.clone();
         }
+        if job.parallelism > 1 {
+            // The next poll is read and decoded while the job queries and writes this one.
+            readers = readers
+                .into_iter()
+                .map(|(name, reader, done)| {
+                    let ahead = Prefetched::new(reader, POLL_ROWS, 1);
+                    (name, Box::new(ahead) as Box<dyn SourceReader>, done)
+                })
+                .collect();
+        }
         let checkpoint = start.checkpoint;
         job.status.checkpoint.store(checkpoint, Ordering::Relaxed);
         job.status
@@ -403,7 +419,8 @@ impl<'a> Runner<'a> {
                     table,
                     false,
                     Vec::new(),
-                );
+                )
+                .writing_behind(job.parallelism > 1);
                 (
                     Box::new(TableTarget::new(sink)),
                     dead_letter::DEAD_LETTER_TABLE,
