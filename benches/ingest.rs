@@ -22,15 +22,11 @@ use datafusion::parquet::basic::{Compression, ZstdLevel};
 use datafusion::parquet::file::properties::WriterProperties;
 
 mod common;
+use common::EVENT_COLUMNS as COLUMNS;
 
 /// The binary's allocator (see src/main.rs): figures are the binary's.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// The events' columns, in SQL.
-const COLUMNS: &str = "event_id BIGINT, event_type STRING, event_time TIMESTAMP, \
-                       user_id BIGINT, session_id STRING, region STRING, amount DOUBLE, \
-                       url STRING, device STRING, ok BOOLEAN, tags STRING";
 
 fn schema() -> Arc<Schema> {
     Arc::new(Schema::new(vec![

@@ -1,9 +1,12 @@
 //! What the benchmarks share: one runtime thread, a session on a lake in a folder, settings
-//! from the environment, peak memory, and a running job's sustained rate.
+//! from the environment, peak memory, a running job's sustained rate, and whole `floe`
+//! processes ([`process`]).
 
 use std::time::{Duration, Instant};
 
 use floe::Session;
+
+pub mod process;
 
 /// A runtime with one worker: benchmarks measure one core.
 #[allow(dead_code)]
@@ -16,8 +19,9 @@ pub fn one_core() -> tokio::runtime::Runtime {
 }
 
 /// A session with a sqlite catalog `lake`, job state and checkpoints (10 s or
-/// `FLOE_BENCH_INTERVAL`, the INSERT waiting
-/// for its job) under `dir`, after running `setup`.
+/// `FLOE_BENCH_INTERVAL`, the INSERT waiting for its job) under `dir`, its jobs on one
+/// thread (`parallelism.default` 1: these benchmarks measure one core), after running
+/// `setup`.
 #[allow(dead_code)]
 pub async fn lake_session(dir: &std::path::Path, setup: &str) -> Session {
     let d = dir.display();
@@ -28,7 +32,7 @@ pub async fn lake_session(dir: &std::path::Path, setup: &str) -> Session {
             "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql',
                'uri' = 'sqlite:{d}/catalog.db', 'warehouse' = '{d}/warehouse');
              SET 'state.dir' = '{d}/state'; SET 'checkpoint.interval' = '{interval}';
-             SET 'table.dml-sync' = 'true';
+             SET 'table.dml-sync' = 'true'; SET 'parallelism.default' = '1';
              {setup}"
         ))
         .await
@@ -127,6 +131,13 @@ pub async fn text(session: &floe::Session, sql: &str) -> String {
 const KINDS: [&str; 4] = ["order", "page_view", "interaction", "signup"];
 #[allow(dead_code)]
 const REGIONS: [&str; 4] = ["eu-west", "us-east", "ap-south", "sa-east"];
+
+/// [`event`]'s columns, in SQL.
+#[allow(dead_code)]
+pub const EVENT_COLUMNS: &str = "event_id BIGINT, event_type STRING, event_time TIMESTAMP, \
+                                 user_id BIGINT, session_id STRING, region STRING, \
+                                 amount DOUBLE, url STRING, device STRING, ok BOOLEAN, \
+                                 tags STRING";
 
 /// One ~285-byte, 11-field JSON event (`event_id`, `event_type`, `event_time`, `user_id`,
 /// ...): the ingest and table benchmarks' record.

@@ -1,0 +1,155 @@
+//! Benchmarks of whole processes: the events written to files, a `floe -f` script run to its
+//! end (on the cores given), its wall time, peak memory and `SHOW JOBS` row.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+/// One run of a script.
+#[allow(dead_code)]
+pub struct Run {
+    pub seconds: f64,
+    pub peak_mib: f64,
+    /// The job's row of `SHOW JOBS` (the script's last statement; one job), by column.
+    pub job: HashMap<String, String>,
+}
+
+#[allow(dead_code)]
+impl Run {
+    /// A number column of the job's row.
+    pub fn count(&self, column: &str) -> u64 {
+        let value = self
+            .job
+            .get(column)
+            .unwrap_or_else(|| panic!("no column {column}"));
+        value
+            .parse()
+            .unwrap_or_else(|_| panic!("{column}: {value}"))
+    }
+}
+
+/// `events` of [`super::event`] in `files` JSON-lines files under `data`, synced, so that no
+/// run shares the disk with their writeback.
+#[allow(dead_code)]
+pub fn write_events(data: &Path, events: u64, files: u64) {
+    std::fs::create_dir_all(data).expect("data dir");
+    for f in 0..files {
+        let mut file = std::io::BufWriter::new(
+            std::fs::File::create(data.join(format!("events-{f}.jsonl"))).expect("file"),
+        );
+        for i in (f * events / files)..((f + 1) * events / files) {
+            writeln!(file, "{}", super::event(i)).expect("write");
+        }
+    }
+    // SAFETY: sync takes no arguments and only flushes the system's dirty data.
+    unsafe { libc::sync() };
+}
+
+/// `statements` as a script in `lake` (a folder): a sqlite catalog `lake` and job state
+/// there, jobs waited for, `SHOW JOBS` at the end. Its path.
+#[allow(dead_code)]
+pub fn lake_script(lake: &Path, statements: &str) -> std::path::PathBuf {
+    let l = lake.display();
+    let script = lake.join("job.sql");
+    std::fs::write(
+        &script,
+        format!(
+            "CREATE CATALOG lake WITH ('type' = 'iceberg', 'catalog-type' = 'sql',
+               'uri' = 'sqlite:{l}/catalog.db', 'warehouse' = '{l}/warehouse');
+             SET 'state.dir' = '{l}/state';
+             SET 'table.dml-sync' = 'true';
+             {statements}
+             SHOW JOBS;"
+        ),
+    )
+    .expect("script");
+    script
+}
+
+/// Run `floe -f script` to its end, on the first `cores` CPUs the bench may use (all of them
+/// when `None`); the script ends with `SHOW JOBS`.
+#[allow(dead_code)]
+pub fn run_script(script: &Path, cores: Option<usize>) -> Run {
+    use std::os::unix::process::CommandExt;
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_floe"));
+    command
+        .args(["--format", "csv", "-f"])
+        .arg(script)
+        // The default: with backtraces on, every error iceberg-rust builds (some eagerly, on
+        // paths that succeed) captures one.
+        .env_remove("RUST_BACKTRACE")
+        .env_remove("RUST_LIB_BACKTRACE")
+        .stdout(std::process::Stdio::piped());
+    if let Some(n) = cores {
+        let cpus = allowed_cpus();
+        assert!(cpus.len() >= n, "{n} cores asked, {} allowed", cpus.len());
+        // SAFETY: between fork and exec the child only fills a CPU set and sets its own
+        // affinity (async-signal-safe system calls, no allocation).
+        unsafe {
+            command.pre_exec(move || {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                for &cpu in &cpus[..n] {
+                    libc::CPU_SET(cpu, &mut set);
+                }
+                match libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                }
+            });
+        }
+    }
+    let start = Instant::now();
+    let child = command.spawn().expect("start floe");
+    let (out, usage) = wait_with_usage(child);
+    let seconds = start.elapsed().as_secs_f64();
+    let text = String::from_utf8_lossy(&out);
+    // The CSV of SHOW JOBS: a header line naming the columns, then the job.
+    let mut lines = text.lines().skip_while(|l| !l.starts_with("name,"));
+    let header: Vec<&str> = lines.next().expect("SHOW JOBS output").split(',').collect();
+    let row: Vec<&str> = lines.next().expect("the job's row").split(',').collect();
+    Run {
+        seconds,
+        peak_mib: usage.ru_maxrss as f64 / 1024.0,
+        job: header
+            .iter()
+            .zip(row)
+            .map(|(h, v)| (h.to_string(), v.to_string()))
+            .collect(),
+    }
+}
+
+/// The CPUs this process may run on.
+#[allow(dead_code)]
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is an empty set; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is this thread; the size is the set's.
+    let got = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    assert_eq!(got, 0, "sched_getaffinity");
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: cpu is below CPU_SETSIZE.
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect()
+}
+
+/// The child's output, once it exited (successfully), and its resource usage (peak RSS).
+fn wait_with_usage(mut child: std::process::Child) -> (Vec<u8>, libc::rusage) {
+    use std::io::Read;
+    let mut out = Vec::new();
+    if let Some(mut stdout) = child.stdout.take() {
+        stdout.read_to_end(&mut out).expect("floe's output");
+    }
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid value for wait4 to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: wait4 waits for our own child and writes the two values given.
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as libc::pid_t, "wait4");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "floe failed (status {status}): {}",
+        String::from_utf8_lossy(&out)
+    );
+    (out, usage)
+}
