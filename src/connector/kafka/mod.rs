@@ -265,6 +265,11 @@ impl KafkaOptions {
         // librdkafka assigns partitions only to a consumer with a group; floe never joins
         // it (no subscription) and commits nothing to it.
         config.set("group.id", "floe");
+        // librdkafka's default (1 s) stops fetching a partition for a second each time its
+        // local queue is full: a reader that decodes slower than the broker sends then
+        // waits most of the time (one core, the test broker: 105 K events/s against 430 K
+        // with 10 ms).
+        config.set("fetch.queue.backoff.ms", "10");
         for (k, v) in &self.properties {
             config.set(k, v);
         }
