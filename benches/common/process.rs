@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
+use std::process::Command;
 use std::time::Instant;
 
 /// One run of a script.
@@ -67,50 +68,83 @@ pub fn lake_script(lake: &Path, statements: &str) -> std::path::PathBuf {
     script
 }
 
-/// Run `floe -f script` to its end, on the first `cores` CPUs the bench may use (all of them
-/// when `None`); the script ends with `SHOW JOBS`.
+/// `floe -f script` with its output as CSV, not started.
 #[allow(dead_code)]
-pub fn run_script(script: &Path, cores: Option<usize>) -> Run {
-    use std::os::unix::process::CommandExt;
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_floe"));
+pub fn floe_command(script: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_floe"));
     command
         .args(["--format", "csv", "-f"])
         .arg(script)
         // The default: with backtraces on, every error iceberg-rust builds (some eagerly, on
         // paths that succeed) captures one.
         .env_remove("RUST_BACKTRACE")
-        .env_remove("RUST_LIB_BACKTRACE")
-        .stdout(std::process::Stdio::piped());
-    if let Some(n) = cores {
-        let cpus = allowed_cpus();
-        assert!(cpus.len() >= n, "{n} cores asked, {} allowed", cpus.len());
-        // SAFETY: between fork and exec the child only fills a CPU set and sets its own
-        // affinity (async-signal-safe system calls, no allocation).
-        unsafe {
-            command.pre_exec(move || {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                for &cpu in &cpus[..n] {
-                    libc::CPU_SET(cpu, &mut set);
-                }
-                match libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) {
-                    0 => Ok(()),
-                    _ => Err(std::io::Error::last_os_error()),
-                }
-            });
-        }
+        .env_remove("RUST_LIB_BACKTRACE");
+    command
+}
+
+/// Make `command` run on the first `cores` CPUs the bench may use (all of them when
+/// `None`).
+#[allow(dead_code)]
+pub fn on_cores(command: &mut Command, cores: Option<usize>) {
+    use std::os::unix::process::CommandExt;
+    let Some(n) = cores else { return };
+    let cpus = allowed_cpus();
+    assert!(cpus.len() >= n, "{n} cores asked, {} allowed", cpus.len());
+    // SAFETY: between fork and exec the child only fills a CPU set and sets its own
+    // affinity (async-signal-safe system calls, no allocation).
+    unsafe {
+        command.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            for &cpu in &cpus[..n] {
+                libc::CPU_SET(cpu, &mut set);
+            }
+            match libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
     }
+}
+
+/// A command run to its (successful) end.
+#[allow(dead_code)]
+pub struct Finished {
+    pub seconds: f64,
+    pub peak_mib: f64,
+    pub stdout: String,
+}
+
+/// Run `command` to its end, which must be a success: its wall time, peak memory and output.
+#[allow(dead_code)]
+pub fn finish(mut command: Command) -> Finished {
+    command.stdout(std::process::Stdio::piped());
     let start = Instant::now();
-    let child = command.spawn().expect("start floe");
-    let (out, usage) = wait_with_usage(child);
-    let seconds = start.elapsed().as_secs_f64();
-    let text = String::from_utf8_lossy(&out);
+    let name = command.get_program().to_string_lossy().into_owned();
+    let child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+    let (out, usage) = wait_with_usage(child, &name);
+    Finished {
+        seconds: start.elapsed().as_secs_f64(),
+        peak_mib: usage.ru_maxrss as f64 / 1024.0,
+        stdout: String::from_utf8_lossy(&out).into_owned(),
+    }
+}
+
+/// Run `floe -f script` to its end, on the first `cores` CPUs the bench may use (all of them
+/// when `None`); the script ends with `SHOW JOBS`.
+#[allow(dead_code)]
+pub fn run_script(script: &Path, cores: Option<usize>) -> Run {
+    let mut command = floe_command(script);
+    on_cores(&mut command, cores);
+    let done = finish(command);
     // The CSV of SHOW JOBS: a header line naming the columns, then the job.
-    let mut lines = text.lines().skip_while(|l| !l.starts_with("name,"));
+    let mut lines = done.stdout.lines().skip_while(|l| !l.starts_with("name,"));
     let header: Vec<&str> = lines.next().expect("SHOW JOBS output").split(',').collect();
     let row: Vec<&str> = lines.next().expect("the job's row").split(',').collect();
     Run {
-        seconds,
-        peak_mib: usage.ru_maxrss as f64 / 1024.0,
+        seconds: done.seconds,
+        peak_mib: done.peak_mib,
         job: header
             .iter()
             .zip(row)
@@ -133,8 +167,8 @@ pub fn allowed_cpus() -> Vec<usize> {
         .collect()
 }
 
-/// The child's output, once it exited (successfully), and its resource usage (peak RSS).
-fn wait_with_usage(mut child: std::process::Child) -> (Vec<u8>, libc::rusage) {
+/// The child's (`name`) output, once it exited (successfully), and its resource usage (peak RSS).
+fn wait_with_usage(mut child: std::process::Child, name: &str) -> (Vec<u8>, libc::rusage) {
     use std::io::Read;
     let mut out = Vec::new();
     if let Some(mut stdout) = child.stdout.take() {
@@ -148,7 +182,7 @@ fn wait_with_usage(mut child: std::process::Child) -> (Vec<u8>, libc::rusage) {
     assert_eq!(pid, child.id() as libc::pid_t, "wait4");
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "floe failed (status {status}): {}",
+        "{name} failed (status {status}): {}",
         String::from_utf8_lossy(&out)
     );
     (out, usage)
