@@ -24,7 +24,8 @@ use crate::schema::changes::{split_changes, with_change_columns, with_changes};
 /// One message, copied out of librdkafka.
 #[derive(Debug, Clone)]
 pub struct Raw {
-    pub tp: TopicPartition,
+    /// Shared by the messages of a partition a poll took.
+    pub tp: Arc<TopicPartition>,
     pub offset: i64,
     pub key: Option<Vec<u8>>,
     pub payload: Option<Vec<u8>>,
@@ -191,7 +192,7 @@ mod tests {
 
     fn raw(partition: i32, offset: i64, key: Option<&[u8]>, payload: Option<&[u8]>) -> Raw {
         Raw {
-            tp: TopicPartition::new("t", partition),
+            tp: Arc::new(TopicPartition::new("t", partition)),
             offset,
             key: key.map(<[u8]>::to_vec),
             payload: payload.map(<[u8]>::to_vec),

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
+use futures::{FutureExt, StreamExt};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
@@ -260,31 +261,58 @@ impl KafkaReader {
     }
 
     /// Take messages from librdkafka: up to `max_rows`, for at most `POLL_WAIT`.
+    ///
+    /// Per message this only compares the partition with the previous message's (they come
+    /// in runs of a fetch's batch) and copies the key and payload: the partitions' positions
+    /// are looked up once per run and written back once per poll.
     async fn gather(&mut self, max_rows: usize) -> Result<Vec<Raw>> {
         let consumer = self.consumer.clone();
+        // One stream for the whole poll: a message waits for a wake-up only when none is
+        // queued.
+        let mut messages = consumer.stream();
         let mut raw: Vec<Raw> = Vec::new();
+        let mut runs: Vec<Run> = Vec::new();
+        // The run of the last message, in `runs`.
+        let mut current: Option<usize> = None;
         let mut deadline = tokio::time::Instant::now() + POLL_WAIT;
         while raw.len() < max_rows.max(1) {
             // Cancel safe: a message is taken from the queue only when it is returned.
-            let Ok(next) = tokio::time::timeout_at(deadline, consumer.recv()).await else {
-                break;
+            let next = match messages.next().now_or_never() {
+                Some(next) => next,
+                None => match tokio::time::timeout_at(deadline, messages.next()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                },
             };
-            match next {
+            match next.expect("Kafka message streams never end") {
                 Ok(m) => {
-                    let tp = TopicPartition::new(m.topic(), m.partition());
-                    let fresh = match self.positions.get(&tp) {
-                        Some(Start::At(next)) => m.offset() >= *next,
-                        Some(Start::Earliest) => true,
-                        None => false,
+                    let partition = m.partition();
+                    let topic = m.topic();
+                    let same = |r: &Run| r.tp.partition == partition && r.tp.topic == topic;
+                    let run = match current.filter(|&i| same(&runs[i])) {
+                        Some(i) => i,
+                        None => {
+                            let i = match runs.iter().position(same) {
+                                Some(i) => i,
+                                None => {
+                                    runs.push(self.run(TopicPartition::new(topic, partition)));
+                                    runs.len() - 1
+                                }
+                            };
+                            current = Some(i);
+                            i
+                        }
                     };
+                    let run = &mut runs[run];
+                    let offset = m.offset();
                     // Not ours, from before a reassignment, or already returned.
-                    if !fresh || !self.assigned.contains(&tp) {
+                    if !run.fresh(offset) {
                         continue;
                     }
-                    self.positions.insert(tp.clone(), Start::At(m.offset() + 1));
+                    run.next = Some(offset + 1);
                     raw.push(Raw {
-                        tp,
-                        offset: m.offset(),
+                        tp: run.tp.clone(),
+                        offset,
                         key: m.key().map(<[u8]>::to_vec),
                         payload: m.payload().map(<[u8]>::to_vec),
                         timestamp_ms: m.timestamp().to_millis(),
@@ -293,7 +321,13 @@ impl KafkaReader {
                         deadline = deadline.min(tokio::time::Instant::now() + POLL_LINGER);
                     }
                 }
-                Err(KafkaError::PartitionEOF(p)) => self.end_of_partition(p)?,
+                Err(KafkaError::PartitionEOF(p)) => {
+                    // The partition leaves the assignment: the runs start afresh.
+                    self.keep(&runs);
+                    runs.clear();
+                    current = None;
+                    self.end_of_partition(p)?;
+                }
                 Err(KafkaError::MessageConsumptionFatal(code)) => {
                     return Err(Error::Source(format!(
                         "Kafka source '{}': fatal error from {}: {code}",
@@ -305,7 +339,56 @@ impl KafkaReader {
                 Err(e) => self.consumer.context().note(e.to_string()),
             }
         }
+        self.keep(&runs);
         Ok(raw)
+    }
+
+    /// Where `tp`'s messages go on, as [`Self::gather`] starts a run of them.
+    fn run(&self, tp: TopicPartition) -> Run {
+        let start = match self.positions.get(&tp) {
+            _ if !self.assigned.contains(&tp) => None,
+            Some(Start::At(next)) => Some(Some(*next)),
+            Some(Start::Earliest) => Some(None),
+            None => None,
+        };
+        Run {
+            tp: Arc::new(tp),
+            start,
+            next: None,
+        }
+    }
+
+    /// The positions after the messages `runs` returned.
+    fn keep(&mut self, runs: &[Run]) {
+        for run in runs {
+            if let Some(next) = run.next {
+                self.positions
+                    .insert(TopicPartition::clone(&run.tp), Start::At(next));
+            }
+        }
+    }
+}
+
+/// The messages of one partition a poll took, in offset order.
+struct Run {
+    tp: Arc<TopicPartition>,
+    /// Where the partition went on when the run started: `None` when it is not ours
+    /// (unknown or unassigned), `Some(None)` from its earliest record.
+    start: Option<Option<i64>>,
+    /// The offset after the last message returned.
+    next: Option<i64>,
+}
+
+impl Run {
+    /// Whether the message at `offset` is to be returned: the partition is ours and the
+    /// message not returned before.
+    fn fresh(&self, offset: i64) -> bool {
+        match (self.start, self.next) {
+            (None, _) => false,
+            (Some(_), Some(next)) => offset >= next,
+            (Some(Some(next)), None) => offset >= next,
+            (Some(None), None) => true,
+        }
     }
 }
 
