@@ -100,7 +100,14 @@ def produce_while_killing(kafka: str, topic: str | None, messages: list, floe_bi
     """Produce `messages` (key, value) to `topic` (or, without one, (topic, key, value)),
     pausing `pause` s every `every`, while floe runs work/job.sql and is killed `kills` times,
     each after a time in `window`; then run the job to its end (it is bounded). How many
-    kills landed."""
+    kills landed.
+
+    The killed runs read the source unbounded: a bounded job ends once it has caught up,
+    which it may while the producer pauses, and a kill must find it reading."""
+    job = (work / "job.sql").read_text()
+    bounded = "'scan.bounded.mode' = 'latest-offset'"
+    assert bounded in job, "the job's last run must end by itself"
+    (work / "running.sql").write_text(job.replace(f", {bounded}", ""))
     prod = Producer(kafka)
 
     def produce() -> None:
@@ -116,7 +123,7 @@ def produce_while_killing(kafka: str, topic: str | None, messages: list, floe_bi
     landed = 0
     try:
         for wait in [rng.uniform(*window) for _ in range(kills)]:
-            proc = subprocess.Popen([str(floe_bin), "-q", "-f", "job.sql"], cwd=work,
+            proc = subprocess.Popen([str(floe_bin), "-q", "-f", "running.sql"], cwd=work,
                                     stdout=subprocess.DEVNULL, stderr=open(work / "floe.err", "ab"))
             time.sleep(wait)
             if proc.poll() is None:

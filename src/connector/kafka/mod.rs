@@ -270,6 +270,12 @@ impl KafkaOptions {
         // waits most of the time (one core, the test broker: 105 K events/s against 430 K
         // with 10 ms).
         config.set("fetch.queue.backoff.ms", "10");
+        if self.bounded {
+            // A bounded reader learns that a partition has caught up from a fetch that
+            // finds nothing new, which the broker holds up to this long (librdkafka's
+            // default: 500 ms, which every bounded job waited at its end).
+            config.set("fetch.wait.max.ms", "20");
+        }
         for (k, v) in &self.properties {
             config.set(k, v);
         }
