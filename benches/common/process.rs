@@ -106,6 +106,25 @@ pub fn on_cores(command: &mut Command, cores: Option<usize>) {
     }
 }
 
+/// Pin this process to the first CPU it may use: threads started afterwards share it.
+#[allow(dead_code)]
+pub fn pin_to_one_core() {
+    let cpu = allowed_cpus()[0];
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET and sched_setaffinity only read
+    // and write it.
+    let done = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set)
+    };
+    assert_eq!(
+        done,
+        0,
+        "pin to CPU {cpu}: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
 /// A command run to its (successful) end.
 #[allow(dead_code)]
 pub struct Finished {
