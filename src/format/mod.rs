@@ -455,7 +455,7 @@ fn decode_shapes(format: Format, inference: &Inference, records: &[&[u8]]) -> Re
             .map_err(|_| Error::Internal("shape cache lock poisoned".into()))
     };
     // The shapes this call met, by key, so that most records take no lock.
-    let mut met: HashMap<Vec<u8>, SchemaRef> = HashMap::new();
+    let mut met: datafusion::common::HashMap<Vec<u8>, SchemaRef> = Default::default();
     for (i, r) in records.iter().enumerate() {
         let known = match shape_key::scan(r, inference.timestamps, &mut key) {
             true => match met.get(&key) {
@@ -646,6 +646,86 @@ fn decode_group(
     Ok((Group { batch, rows }, errors))
 }
 
+/// arrow-json decoders kept by each thread for the schemas it decoded last, most recent
+/// last: a decoder's tape and string buffers keep their size from one poll to the next (built
+/// per poll, they grew from nothing by copying each time, on memory the allocator had given
+/// back to the system: a third of a declared job's time).
+const KEPT_JSON_DECODERS: usize = 8;
+
+thread_local! {
+    static JSON_DECODERS: std::cell::RefCell<Vec<KeptJsonDecoder>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+struct KeptJsonDecoder {
+    /// Held, so that the address it is found by stays this schema's.
+    schema: SchemaRef,
+    /// The most rows a batch of it holds.
+    rows: usize,
+    decoder: datafusion::arrow::json::reader::Decoder,
+}
+
+/// `records` (one JSON object each) into `schema`: one batch, or a reason the records as a
+/// whole do not decode. A decoder this thread kept for `schema` is used when it holds enough
+/// rows, and kept again after a decode that succeeded (a failed one may leave it part way
+/// through a record).
+fn decode_json(
+    schema: &SchemaRef,
+    records: &[&[u8]],
+) -> std::result::Result<Option<RecordBatch>, String> {
+    // One more than the records: a decoder stops short of the end of a record holding two
+    // objects only when it is full.
+    let rows = records.len() + 1;
+    let kept = JSON_DECODERS.with_borrow_mut(|kept| {
+        let at = kept
+            .iter()
+            .position(|k| Arc::ptr_eq(&k.schema, schema) && k.rows >= rows)?;
+        Some(kept.remove(at))
+    });
+    let mut kept = match kept {
+        Some(kept) => kept,
+        None => {
+            let rows = rows.next_power_of_two();
+            let decoder = datafusion::arrow::json::ReaderBuilder::new(schema.clone())
+                .with_batch_size(rows)
+                .build_decoder()
+                .map_err(|e| e.to_string())?;
+            KeptJsonDecoder {
+                schema: schema.clone(),
+                rows,
+                decoder,
+            }
+        }
+    };
+    let decoder = &mut kept.decoder;
+    for r in records {
+        if r.iter().all(u8::is_ascii_whitespace) {
+            return Err("empty record".to_string());
+        }
+        let before = decoder.len();
+        let mut buf = *r;
+        while !buf.is_empty() {
+            let n = decoder.decode(buf).map_err(|e| e.to_string())?;
+            if n == 0 || decoder.len() > before + 1 {
+                return Err("a record holds more than one JSON value".to_string());
+            }
+            buf = &buf[n..];
+        }
+        // One record each: a record that is not a whole object fails here.
+        decoder.decode(b"\n").map_err(|e| e.to_string())?;
+    }
+    let batch = decoder.flush().map_err(|e| e.to_string())?;
+    JSON_DECODERS.with_borrow_mut(|all| {
+        // Others of the schema hold fewer rows: this one replaces them.
+        all.retain(|k| !Arc::ptr_eq(&k.schema, schema));
+        if all.len() == KEPT_JSON_DECODERS {
+            all.remove(0);
+        }
+        all.push(kept);
+    });
+    Ok(batch)
+}
+
 fn decode_all(
     format: Format,
     schema: &SchemaRef,
@@ -654,32 +734,7 @@ fn decode_all(
     let rows = records.len().max(1);
     let mut batches = Vec::new();
     match format {
-        Format::Json => {
-            // One more than the records: a record holding two objects overflows it.
-            let mut decoder = datafusion::arrow::json::ReaderBuilder::new(schema.clone())
-                .with_batch_size(rows + 1)
-                .build_decoder()
-                .map_err(|e| e.to_string())?;
-            for r in records {
-                let text = std::str::from_utf8(r).map_err(|e| e.to_string())?;
-                if text.trim().is_empty() {
-                    return Err("empty record".to_string());
-                }
-                let mut buf = text.as_bytes();
-                while !buf.is_empty() {
-                    let n = decoder.decode(buf).map_err(|e| e.to_string())?;
-                    if n == 0 {
-                        return Err("a record holds more than one JSON value".to_string());
-                    }
-                    buf = &buf[n..];
-                }
-                // One record each: a record that is not a whole object fails here.
-                decoder.decode(b"\n").map_err(|e| e.to_string())?;
-            }
-            if let Some(b) = decoder.flush().map_err(|e| e.to_string())? {
-                batches.push(b);
-            }
-        }
+        Format::Json => batches.extend(decode_json(schema, records)?),
         Format::Csv { delimiter } => {
             let mut text = Vec::new();
             for r in records {
