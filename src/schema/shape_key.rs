@@ -4,11 +4,15 @@
 //! Records of a stream mostly repeat a few shapes, so decoding looks each record's shape up
 //! by a key rather than building it: [`scan`] walks the record once, allocating nothing,
 //! checking its grammar and writing the key of its shape. Anything the walk cannot settle
-//! without building the shape (a repeated key, an array whose elements differ in shape, an
-//! escaped key, a number that does not fit its kind, a bad record) makes it give up, and the
-//! caller builds the shape with [`super::infer::record_shape`] (which also names what is
-//! wrong with a bad record) and writes its key with [`write()`]. Both write the same key for
-//! the same shape:
+//! without building the shape (an array whose elements differ in shape, an escaped key, a
+//! number that does not fit its kind, a bad record) makes it give up, and the caller builds
+//! the shape with [`super::infer::record_shape`] (which also names what is wrong with a bad
+//! record) and writes its key with [`write()`]. Both write the same key for the same shape.
+//! A key is only looked up, never kept, unless the builder wrote it: so an object that
+//! repeats a key (the builder keeps its last value) is not checked for in the walk; its key
+//! names the field twice, which no built shape's does, so the look-up misses and the builder
+//! takes the record.
+//!
 //!
 //! ```text
 //! long l   double d   string s   boolean b   timestamp t   timestamptz z
@@ -22,12 +26,9 @@ use super::infer::{Shape, timestamp_kind};
 /// Deeper records are left to the shape builder (serde_json stops at 128 levels).
 const MAX_DEPTH: usize = 100;
 
-/// Objects with more keys than this are checked for a repeated key by sorting their keys
-/// rather than comparing each with the ones before it.
-const COMPARED_KEYS: usize = 16;
-
 /// Write the key of `record`'s shape to `out` (cleared first); `false` when the record must
-/// go through the shape builder instead (`out` is then unspecified).
+/// go through the shape builder instead (`out` is then unspecified). A record repeating a key
+/// gets a key no built shape has (see the module's documentation).
 pub fn scan(record: &[u8], timestamps: bool, out: &mut Vec<u8>) -> bool {
     out.clear();
     if std::str::from_utf8(record).is_err() {
@@ -37,7 +38,6 @@ pub fn scan(record: &[u8], timestamps: bool, out: &mut Vec<u8>) -> bool {
         b: record,
         i: 0,
         timestamps,
-        names: Vec::new(),
         depth: 0,
     };
     s.ws();
@@ -112,8 +112,6 @@ struct Scanner<'a> {
     b: &'a [u8],
     i: usize,
     timestamps: bool,
-    /// The keys of the objects being read, innermost last.
-    names: Vec<&'a [u8]>,
     depth: usize,
 }
 
@@ -206,7 +204,6 @@ impl<'a> Scanner<'a> {
     /// shape (nothing written).
     fn members(&mut self, out: &mut Vec<u8>) -> Scanned {
         let start = out.len();
-        let first_name = self.names.len();
         if !self.open(b'}')? {
             loop {
                 self.ws();
@@ -214,11 +211,9 @@ impl<'a> Scanner<'a> {
                     return Err(GiveUp);
                 }
                 let (name, escaped) = self.string()?;
-                let earlier = &self.names[first_name..];
-                if escaped || (earlier.len() < COMPARED_KEYS && earlier.contains(&name)) {
+                if escaped {
                     return Err(GiveUp);
                 }
-                self.names.push(name);
                 self.expect(b':')?;
                 let field = out.len();
                 write_name(name, out);
@@ -230,14 +225,6 @@ impl<'a> Scanner<'a> {
                 }
             }
         }
-        let names = &mut self.names[first_name..];
-        if names.len() > COMPARED_KEYS {
-            names.sort_unstable();
-            if names.windows(2).any(|w| w[0] == w[1]) {
-                return Err(GiveUp);
-            }
-        }
-        self.names.truncate(first_name);
         self.depth -= 1;
         Ok(out.len() > start)
     }
@@ -314,6 +301,7 @@ impl<'a> Scanner<'a> {
         let start = self.i;
         let mut escaped = false;
         loop {
+            self.i += plain_bytes(&self.b[self.i..]);
             let c = *self.b.get(self.i).ok_or(GiveUp)?;
             match c {
                 b'"' => {
@@ -390,6 +378,32 @@ impl<'a> Scanner<'a> {
     }
 }
 
+/// How many bytes `text` starts with that a string holds as they are: no quote, no backslash,
+/// no control character. Eight at a time: a byte is flagged when it equals `"` or `\\`
+/// (XOR leaves it zero) or is below 0x20; the lowest flagged byte of a word is exact (the
+/// borrows that may flag bytes above it start there).
+fn plain_bytes(text: &[u8]) -> usize {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    // Bytes below `n` (those with their high bit clear), flagged in their high bit.
+    let below = |word: u64, n: u8| word.wrapping_sub(ONES * n as u64) & !word & HIGHS;
+    let mut at = 0;
+    while let Some(chunk) = text.get(at..at + 8) {
+        let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+        let flagged = below(word ^ (ONES * b'"' as u64), 1)
+            | below(word ^ (ONES * b'\\' as u64), 1)
+            | below(word, 0x20);
+        if flagged != 0 {
+            return at + flagged.trailing_zeros() as usize / 8;
+        }
+        at += 8;
+    }
+    at + text[at..]
+        .iter()
+        .take_while(|&&c| c != b'"' && c != b'\\' && c >= 0x20)
+        .count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::infer::record_shape;
@@ -448,12 +462,57 @@ mod tests {
     }
 
     #[test]
-    fn what_needs_the_shape_builder_is_left_to_it() {
+    fn a_repeated_key_scans_to_a_key_no_built_shape_has() {
         let wide: Vec<String> = (0..40).map(|i| format!("\"k{i}\": {i}")).collect();
         let repeated_wide = format!("{{{}, \"k3\": \"x\"}}", wide.join(", "));
-        let records = [
+        for r in [
             r#"{"a": 1, "a": "x"}"#,
+            r#"{"a": 1, "a": 2}"#,
+            r#"{"o": {"a": 1, "b": null, "a": null}}"#,
+            r#"{"l": [{"a": 1, "a": 2}]}"#,
             repeated_wide.as_str(),
+        ] {
+            let (fast, slow) = keys(r, false);
+            let (fast, slow) = (fast.expect("scanned"), slow.expect("built"));
+            assert_ne!(fast, slow, "{r}");
+        }
+    }
+
+    #[test]
+    fn plain_bytes_stop_at_quotes_backslashes_and_control_characters() {
+        let naive = |t: &[u8]| {
+            t.iter()
+                .take_while(|&&c| c != b'"' && c != b'\\' && c >= 0x20)
+                .count()
+        };
+        let mut texts: Vec<Vec<u8>> = vec![Vec::new(), b"plain".to_vec()];
+        let stops = [b'"', b'\\', 0x00, 0x1f, b'\n'];
+        let fillers = [b'a', b' ', b'!', b'#', b'[', 0x7f, 0x80, 0xc3, 0xff, 0x21];
+        for len in 0..20 {
+            for &fill in &fillers {
+                texts.push(vec![fill; len]);
+                for at in 0..len {
+                    for &stop in &stops {
+                        let mut t = vec![fill; len];
+                        t[at] = stop;
+                        texts.push(t.clone());
+                        // A byte just below a flagged one borrows from it: later stops too.
+                        if at + 1 < len {
+                            t[at + 1] = 0x01;
+                            texts.push(t);
+                        }
+                    }
+                }
+            }
+        }
+        for t in &texts {
+            assert_eq!(plain_bytes(t), naive(t), "{t:?}");
+        }
+    }
+
+    #[test]
+    fn what_needs_the_shape_builder_is_left_to_it() {
+        let records = [
             r#"{"l": [1, 2.5]}"#,
             r#"{"l": [{"a": 1}, {"b": "s"}]}"#,
             r#"{"k\u0041": 1}"#,
