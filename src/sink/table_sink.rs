@@ -189,23 +189,7 @@ impl Unwritten {
                 writer.write(concat(&self.schema, self.rows)?).await?;
             }
         } else {
-            // Row groups as the table's properties say: in writes of about WRITE_ROWS rows,
-            // never all the rows joined at once.
-            let mut chunk = Vec::new();
-            let mut n = 0;
-            for rows in self.rows {
-                n += rows.num_rows();
-                chunk.push(rows);
-                if n >= WRITE_ROWS {
-                    writer
-                        .write(concat(&self.schema, std::mem::take(&mut chunk))?)
-                        .await?;
-                    n = 0;
-                }
-            }
-            if !chunk.is_empty() {
-                writer.write(concat(&self.schema, chunk)?).await?;
-            }
+            write_gathered(&mut writer, &self.schema, self.rows).await?;
         }
         if !self.close {
             return Ok(Written {
@@ -241,6 +225,10 @@ fn gathered(e: Error) -> Error {
 
 /// Rows gathered before a batch goes to the Parquet writer.
 pub const WRITE_ROWS: usize = 8192;
+
+/// A batch this large goes to the Parquet writer as it is: joining it with others would copy
+/// its rows for a saving (the writer's cost per batch and column) it no longer makes.
+const WRITE_BATCH_ROWS: usize = 1024;
 
 impl TableSink {
     pub fn new(
@@ -511,12 +499,14 @@ impl TableSink {
         if pending.is_empty() {
             return Ok(());
         }
-        let batch = concat(&self.arrow_schema()?, pending)?;
+        let schema = self.arrow_schema()?;
         if self.writer.is_none() {
             self.writer = Some(TableWriter::try_new(&self.staged)?);
         }
         if let Some(w) = &mut self.writer {
-            w.write(batch).await.map_err(gathered)?;
+            write_gathered(w, &schema, pending)
+                .await
+                .map_err(gathered)?;
         }
         Ok(())
     }
@@ -838,6 +828,42 @@ fn same_layout(a: &Table, b: &Table) -> bool {
     a.uuid() == b.uuid()
         && a.current_schema() == b.current_schema()
         && a.default_partition_spec() == b.default_partition_spec()
+}
+
+/// Write `batches` (of `schema`) in row groups as the table's properties say: batches of
+/// [`WRITE_BATCH_ROWS`] or more rows as they are, smaller ones joined in writes of about
+/// [`WRITE_ROWS`] rows (never all the rows joined at once).
+async fn write_gathered(
+    writer: &mut TableWriter,
+    schema: &SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> Result<()> {
+    let mut chunk = Vec::new();
+    let mut n = 0;
+    for rows in batches {
+        if rows.num_rows() >= WRITE_BATCH_ROWS {
+            if !chunk.is_empty() {
+                writer
+                    .write(concat(schema, std::mem::take(&mut chunk))?)
+                    .await?;
+                n = 0;
+            }
+            writer.write(rows).await?;
+            continue;
+        }
+        n += rows.num_rows();
+        chunk.push(rows);
+        if n >= WRITE_ROWS {
+            writer
+                .write(concat(schema, std::mem::take(&mut chunk))?)
+                .await?;
+            n = 0;
+        }
+    }
+    if !chunk.is_empty() {
+        writer.write(concat(schema, chunk)?).await?;
+    }
+    Ok(())
 }
 
 /// `batches` as one batch (without a copy when there is one).
