@@ -6,6 +6,7 @@
 //! scripts/test-env.sh start && eval "$(scripts/test-env.sh env)"
 //! cargo bench --bench kafka                   # 1,000,000 events; 20,000 events/s for 25 s
 //! FLOE_BENCH_EVENTS=300000 FLOE_BENCH_RATE=50000 FLOE_BENCH_SECONDS=15 cargo bench --bench kafka
+//! cargo bench --bench kafka -- avro           # some runs alone: rate, avro, latency, recovery
 //! ```
 //!
 //! Rate: the ingest benchmark's JSON events (285 bytes, 11 fields) produced into a topic of
@@ -16,6 +17,11 @@
 //!   table (default settings: 10 s checkpoints);
 //! - the peer (`benches/peers/consumer.py`, in the test environment's Python: confluent-kafka,
 //!   `json.loads`, pyiceberg appending every 10 s).
+//!
+//! Avro: the same events in the Confluent wire format (their schema registered with the test
+//! environment's registry), read to their end on one core two ways: the limit (the consumer,
+//! arrow-avro with the writer schema known, zstd Parquet, one thread) and floe (a whole
+//! process, `'format' = 'avro-confluent'`, into one table). Target: 70% of the limit.
 //!
 //! Latency: floe on one core runs the same job unbounded with `checkpoint.interval` 1 s while
 //! a producer sends `FLOE_BENCH_RATE` events a second, noting when it handed each to the
@@ -36,8 +42,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::array::{Array, Int64Array};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::json::ReaderBuilder;
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::basic::{Compression, ZstdLevel};
@@ -131,9 +138,13 @@ fn producer(brokers: &str) -> ThreadedProducer<Deliveries> {
 /// Send event `i` to `topic` (partition `i` mod [`PARTITIONS`]), waiting while the client's
 /// queue is full.
 fn send(producer: &ThreadedProducer<Deliveries>, topic: &str, i: u64) {
-    let payload = common::event(i);
-    let mut record = BaseRecord::<(), str>::to(topic)
-        .payload(&payload)
+    send_payload(producer, topic, i, common::event(i).as_bytes());
+}
+
+/// Send `payload` as event `i` (see [`send`]).
+fn send_payload(producer: &ThreadedProducer<Deliveries>, topic: &str, i: u64, payload: &[u8]) {
+    let mut record = BaseRecord::<(), [u8]>::to(topic)
+        .payload(payload)
         .partition((i % PARTITIONS as u64) as i32);
     loop {
         match producer.send(record) {
@@ -226,14 +237,12 @@ fn on_cpus<T>(cpus: &[usize], f: impl FnOnce() -> T) -> T {
     out
 }
 
-/// The limit: `topic`'s `events` read by a librdkafka consumer, their payloads decoded by
-/// arrow-json and encoded as zstd Parquet, one thread: records per second, the consumer's
-/// start included.
-fn limit(brokers: &str, topic: &str, events: u64) -> f64 {
-    let start = Instant::now();
+/// A librdkafka consumer of every partition of `topic` from its start, set as floe's source
+/// sets its own.
+fn consumer(brokers: &str, topic: &str, group: &str) -> BaseConsumer {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
-        .set("group.id", "floe-bench-limit")
+        .set("group.id", group)
         .set("enable.auto.commit", "false")
         // As floe's source: librdkafka's default (1 s) stops fetching a partition for a
         // second each time its local queue fills, and a consumer that decodes slower than
@@ -253,16 +262,51 @@ fn limit(brokers: &str, topic: &str, events: u64) -> f64 {
         .fetch_metadata(Some(topic), Duration::from_secs(5))
         .expect("the topic's metadata");
     consumer.assign(&assignment).expect("assign");
-    let mut decoder = ReaderBuilder::new(schema())
-        .with_batch_size(8192)
-        .build_decoder()
-        .expect("decoder");
+    consumer
+}
+
+/// A decoder of records into batches: arrow-json's and arrow-avro's.
+trait BatchDecoder {
+    /// Bytes of `buf` taken: fewer than all once a batch is full.
+    fn decode(&mut self, buf: &[u8]) -> usize;
+    fn flush(&mut self) -> Option<RecordBatch>;
+    fn schema(&self) -> SchemaRef;
+}
+
+impl BatchDecoder for datafusion::arrow::json::reader::Decoder {
+    fn decode(&mut self, buf: &[u8]) -> usize {
+        self.decode(buf).expect("decode")
+    }
+    fn flush(&mut self) -> Option<RecordBatch> {
+        self.flush().expect("decode")
+    }
+    fn schema(&self) -> SchemaRef {
+        schema()
+    }
+}
+
+impl BatchDecoder for arrow_avro::reader::Decoder {
+    fn decode(&mut self, buf: &[u8]) -> usize {
+        self.decode(buf).expect("decode")
+    }
+    fn flush(&mut self) -> Option<RecordBatch> {
+        self.flush().expect("decode")
+    }
+    fn schema(&self) -> SchemaRef {
+        self.schema()
+    }
+}
+
+/// `events` records from `consumer` decoded by `decoder` and encoded as zstd Parquet, in
+/// this thread; every event must be there.
+fn to_parquet(consumer: &BaseConsumer, brokers: &str, events: u64, mut decoder: impl BatchDecoder) {
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .build();
-    let mut writer = ArrowWriter::try_new(Vec::new(), schema(), Some(props)).expect("writer");
-    let mut write = |decoder: &mut datafusion::arrow::json::reader::Decoder| {
-        if let Some(batch) = decoder.flush().expect("decode") {
+    let mut writer =
+        ArrowWriter::try_new(Vec::new(), decoder.schema(), Some(props)).expect("writer");
+    let mut write = |decoder: &mut dyn BatchDecoder| {
+        if let Some(batch) = decoder.flush() {
             writer.write(&batch).expect("encode");
         }
     };
@@ -275,7 +319,7 @@ fn limit(brokers: &str, topic: &str, events: u64) -> f64 {
         let mut payload = message.payload().expect("a payload");
         // The decoder takes a batch's worth of records, then wants flushing.
         loop {
-            let taken = decoder.decode(payload).expect("decode");
+            let taken = decoder.decode(payload);
             payload = &payload[taken..];
             if payload.is_empty() {
                 break;
@@ -287,6 +331,19 @@ fn limit(brokers: &str, topic: &str, events: u64) -> f64 {
     write(&mut decoder);
     let rows = writer.close().expect("close").file_metadata().num_rows();
     assert_eq!(rows as u64, events, "every event encoded");
+}
+
+/// The limit: `topic`'s `events` read by a librdkafka consumer, their payloads decoded by
+/// arrow-json and encoded as zstd Parquet, one thread: records per second, the consumer's
+/// start included.
+fn limit(brokers: &str, topic: &str, events: u64) -> f64 {
+    let start = Instant::now();
+    let consumer = consumer(brokers, topic, "floe-bench-limit");
+    let decoder = ReaderBuilder::new(schema())
+        .with_batch_size(8192)
+        .build_decoder()
+        .expect("decoder");
+    to_parquet(&consumer, brokers, events, decoder);
     events as f64 / start.elapsed().as_secs_f64()
 }
 
@@ -645,6 +702,137 @@ fn recovery(dir: &std::path::Path, brokers: &str, backlog: u64) -> Recovery {
     }
 }
 
+/// The events' Avro writer schema: the JSON events' fields, `event_time` in microseconds.
+const AVRO_SCHEMA: &str = r#"{"type": "record", "name": "event", "fields": [
+  {"name": "event_id", "type": "long"}, {"name": "event_type", "type": "string"},
+  {"name": "event_time", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+  {"name": "user_id", "type": "long"}, {"name": "session_id", "type": "string"},
+  {"name": "region", "type": "string"}, {"name": "amount", "type": "double"},
+  {"name": "url", "type": "string"}, {"name": "device", "type": "string"},
+  {"name": "ok", "type": "boolean"}, {"name": "tags", "type": "string"}]}"#;
+
+/// 2024-05-01T00:00:00Z in microseconds.
+const MAY_FIRST_MICROS: i64 = 1_714_521_600_000_000;
+
+fn registry() -> String {
+    std::env::var("FLOE_SCHEMA_REGISTRY").unwrap_or_else(|_| {
+        panic!(
+            "FLOE_SCHEMA_REGISTRY is not set: the Avro run needs the test environment's schema              registry. Run `scripts/test-env.sh start` and `eval \"$(scripts/test-env.sh env)\"`"
+        )
+    })
+}
+
+/// Register [`AVRO_SCHEMA`] as `topic`'s value schema: its id.
+fn register(registry: &str, topic: &str) -> u32 {
+    let url = format!("{registry}/subjects/{topic}-value/versions");
+    let body = serde_json::json!({ "schema": AVRO_SCHEMA });
+    let answer: serde_json::Value = block_on(async {
+        reqwest::Client::new()
+            .post(&url)
+            .header("Content-Type", "application/vnd.schemaregistry.v1+json")
+            .json(&body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("registering the schema at {url}: {e}"))
+            .json()
+            .await
+            .unwrap_or_else(|e| panic!("the registry's answer from {url}: {e}"))
+    });
+    answer["id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no schema id from {url}: {answer}")) as u32
+}
+
+/// Event `i` in the Confluent wire format: magic byte, schema `id`, Avro binary body.
+fn avro_event(i: u64, id: u32, out: &mut Vec<u8>) {
+    fn long(n: i64, out: &mut Vec<u8>) {
+        let mut z = ((n << 1) ^ (n >> 63)) as u64;
+        while z >= 0x80 {
+            out.push((z as u8) | 0x80);
+            z >>= 7;
+        }
+        out.push(z as u8);
+    }
+    fn string(s: &str, out: &mut Vec<u8>) {
+        long(s.len() as i64, out);
+        out.extend_from_slice(s.as_bytes());
+    }
+    let e = common::Event::new(i);
+    out.clear();
+    out.push(0);
+    out.extend_from_slice(&id.to_be_bytes());
+    long(e.id as i64, out);
+    string(e.kind, out);
+    long(MAY_FIRST_MICROS + e.second_of_day as i64 * 1_000_000, out);
+    long(e.user_id as i64, out);
+    string(&e.session_id(), out);
+    string(e.region, out);
+    out.extend_from_slice(&(e.cents as f64 / 100.0).to_le_bytes());
+    string(&e.url(), out);
+    string(e.device, out);
+    out.push(e.ok as u8);
+    string(&e.tags(), out);
+}
+
+/// `count` Avro events (schema `id`) into `topic`: seconds taken, and the mean record size.
+fn produce_avro(brokers: &str, topic: &str, id: u32, count: u64) -> (f64, f64) {
+    let started = Instant::now();
+    let producer = producer(brokers);
+    let mut payload = Vec::new();
+    let mut bytes = 0;
+    for i in 0..count {
+        avro_event(i, id, &mut payload);
+        bytes += payload.len();
+        send_payload(&producer, topic, i, &payload);
+    }
+    delivered(&producer);
+    (started.elapsed().as_secs_f64(), bytes as f64 / count as f64)
+}
+
+/// The Avro limit: `topic`'s `events` read by a librdkafka consumer, decoded by arrow-avro
+/// (the writer schema `id` known, as a registry's client keeps it) and encoded as zstd
+/// Parquet, one thread: records per second.
+fn avro_limit(brokers: &str, topic: &str, id: u32, events: u64) -> f64 {
+    use arrow_avro::reader::ReaderBuilder as AvroReaderBuilder;
+    use arrow_avro::schema::{AvroSchema, Fingerprint, FingerprintAlgorithm, SchemaStore};
+    let start = Instant::now();
+    let consumer = consumer(brokers, topic, "floe-bench-avro-limit");
+    let mut store = SchemaStore::new_with_type(FingerprintAlgorithm::Id);
+    store
+        .set(
+            Fingerprint::Id(id),
+            AvroSchema::new(AVRO_SCHEMA.to_string()),
+        )
+        .expect("schema store");
+    let decoder = AvroReaderBuilder::new()
+        .with_batch_size(8192)
+        .with_writer_schema_store(store)
+        .with_active_fingerprint(Fingerprint::Id(id))
+        .build_decoder()
+        .expect("decoder");
+    to_parquet(&consumer, brokers, events, decoder);
+    events as f64 / start.elapsed().as_secs_f64()
+}
+
+/// floe on one core, the whole process, Avro with the registry into one table: records per
+/// second.
+fn floe_avro_rate(dir: &std::path::Path, brokers: &str, topic: &str, events: u64) -> f64 {
+    let lake = tempfile::tempdir_in(dir).expect("lake dir");
+    let registry = registry();
+    let job = format!(
+        "CREATE SCHEMA IF NOT EXISTS lake.bench;
+         CREATE SOURCE events WITH ('connector' = 'kafka', 'topic' = '{topic}',
+           'properties.bootstrap.servers' = '{brokers}', 'format' = 'avro-confluent',
+           'avro-confluent.url' = '{registry}', 'scan.bounded.mode' = 'latest-offset');
+         SET 'pipeline.name' = 'kafka-avro';
+         INSERT INTO lake.bench SELECT * FROM events ROUTE BY 'events'
+         WITH ('table.properties.write.parquet.compression-codec' = 'zstd');"
+    );
+    let run = run_script(&lake_script(lake.path(), &job), Some(1));
+    assert_eq!(run.count("records_out"), events, "every event written");
+    events as f64 / run.seconds
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
@@ -656,37 +844,99 @@ fn main() {
     let brokers = brokers();
     let dir = tempfile::tempdir().expect("tempdir");
 
-    let topic = create_topic(&brokers, "rate");
-    let produced = produce(&brokers, &topic, events);
-
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let runs = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
     let cpus = allowed_cpus();
     assert!(
         cpus.len() >= 2,
         "the bench needs 2 cores, it may use {}",
         cpus.len()
     );
-    let base = on_cpus(&cpus[..1], || limit(&brokers, &topic, events));
-    let floe = floe_rate(dir.path(), &brokers, &topic, events);
-    let peer = peer_rate(dir.path(), &brokers, &topic, events);
-    delete_topic(&brokers, &topic);
-    println!(
-        "kafka: {events} JSON events of 285 bytes in {PARTITIONS} partitions (produced in \
-         {produced:.1} s), read to their end on one core"
-    );
-    println!("  limit (librdkafka consumer + arrow-json + zstd Parquet): {base:>9.0} events/s");
-    println!("  floe (whole process, one table):                          {floe:>9.0} events/s");
-    println!("  peer (Python: confluent-kafka + json + pyiceberg, 10 s):  {peer:>9.0} events/s");
-    println!(
-        "  floe at {:.0}% of the limit (target: at least 60%), {:.1}x the peer (target: at \
-         least 8x)",
-        100.0 * floe / base,
-        floe / peer
-    );
 
-    // floe on the first core, the producer and the reader on the others.
-    let latencies = on_cpus(&cpus[1..], || {
-        latencies(dir.path(), &brokers, rate, seconds)
-    });
+    let mut floe = None;
+    if runs("rate") {
+        let topic = create_topic(&brokers, "rate");
+        let produced = produce(&brokers, &topic, events);
+        let base = on_cpus(&cpus[..1], || limit(&brokers, &topic, events));
+        let rate = floe_rate(dir.path(), &brokers, &topic, events);
+        let peer = peer_rate(dir.path(), &brokers, &topic, events);
+        delete_topic(&brokers, &topic);
+        println!(
+            "kafka: {events} JSON events of 285 bytes in {PARTITIONS} partitions (produced in \
+             {produced:.1} s), read to their end on one core"
+        );
+        println!("  limit (librdkafka consumer + arrow-json + zstd Parquet): {base:>9.0} events/s");
+        println!(
+            "  floe (whole process, one table):                          {rate:>9.0} events/s"
+        );
+        println!(
+            "  peer (Python: confluent-kafka + json + pyiceberg, 10 s):  {peer:>9.0} events/s"
+        );
+        println!(
+            "  floe at {:.0}% of the limit (target: at least 60%), {:.1}x the peer (target: at \
+             least 8x)",
+            100.0 * rate / base,
+            rate / peer
+        );
+        floe = Some(rate);
+    }
+
+    if runs("avro") {
+        let registry = registry();
+        let topic = create_topic(&brokers, "avro");
+        let id = register(&registry, &topic);
+        let (produced, bytes) = produce_avro(&brokers, &topic, id, events);
+        let base = on_cpus(&cpus[..1], || avro_limit(&brokers, &topic, id, events));
+        let rate = floe_avro_rate(dir.path(), &brokers, &topic, events);
+        delete_topic(&brokers, &topic);
+        println!(
+            "kafka, Avro: {events} events of {bytes:.0} bytes (Confluent framing, the registry's \
+             schema) in {PARTITIONS} partitions (produced in {produced:.1} s), read to their end \
+             on one core"
+        );
+        println!("  limit (librdkafka consumer + arrow-avro + zstd Parquet): {base:>9.0} events/s");
+        println!(
+            "  floe (whole process, one table):                          {rate:>9.0} events/s"
+        );
+        println!(
+            "  floe at {:.0}% of the limit (target: at least 70%)",
+            100.0 * rate / base
+        );
+    }
+    if runs("latency") {
+        latency(dir.path(), &brokers, &cpus, rate, seconds);
+    }
+    if runs("recovery") {
+        // A backlog of about 20 s at floe's rate: four commits before the kill, some after.
+        let backlog = env("FLOE_BENCH_BACKLOG").unwrap_or_else(|| {
+            let floe = floe.unwrap_or(500_000.0);
+            ((floe * 20.0) as u64).div_ceil(100_000) * 100_000
+        });
+        let r = on_cpus(&cpus[1..], || recovery(dir.path(), &brokers, backlog));
+        println!(
+            "recovery: floe on one core, 1 s checkpoints, a backlog of {} events; SIGKILL half a \
+             second after its fourth commit, started again at once",
+            r.backlog
+        );
+        println!(
+            "  {:.0} events/s before; first commit {:.2} s after the kill; back to {:.0} events/s \
+             ({:.0}%) from {:.2} s after the kill (target: within 5 s); every event once",
+            r.before,
+            r.first_commit,
+            r.after,
+            100.0 * r.after / r.before,
+            r.full_rate
+        );
+    }
+}
+
+/// Produce-to-visible latency: floe on the first core, the producer and the reader on the
+/// others.
+fn latency(dir: &std::path::Path, brokers: &str, cpus: &[usize], rate: u64, seconds: u64) {
+    let latencies = on_cpus(&cpus[1..], || latencies(dir, brokers, rate, seconds));
     println!(
         "latency: {rate} events/s for {seconds} s into floe on one core, 1 s checkpoints, the \
          table read every {} ms; {} events after {} s of warm-up",
@@ -700,24 +950,5 @@ fn main() {
         percentile(&latencies, 0.5),
         percentile(&latencies, 0.99),
         latencies.last().copied().unwrap_or(f64::NAN)
-    );
-
-    // A backlog of about 20 s at floe's rate: four commits before the kill, some after.
-    let backlog = env("FLOE_BENCH_BACKLOG")
-        .unwrap_or_else(|| ((floe * 20.0) as u64).div_ceil(100_000) * 100_000);
-    let r = on_cpus(&cpus[1..], || recovery(dir.path(), &brokers, backlog));
-    println!(
-        "recovery: floe on one core, 1 s checkpoints, a backlog of {} events; SIGKILL half a \
-         second after its fourth commit, started again at once",
-        r.backlog
-    );
-    println!(
-        "  {:.0} events/s before; first commit {:.2} s after the kill; back to {:.0} events/s \
-         ({:.0}%) from {:.2} s after the kill (target: within 5 s); every event once",
-        r.before,
-        r.first_commit,
-        r.after,
-        100.0 * r.after / r.before,
-        r.full_rate
     );
 }

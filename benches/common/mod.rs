@@ -139,31 +139,89 @@ pub const EVENT_COLUMNS: &str = "event_id BIGINT, event_type STRING, event_time 
                                  amount DOUBLE, url STRING, device STRING, ok BOOLEAN, \
                                  tags STRING";
 
+/// Event `i`'s values: the same for every format the benchmarks write it in.
+#[allow(dead_code)]
+pub struct Event {
+    pub id: u64,
+    pub kind: &'static str,
+    /// Seconds into 2024-05-01 (UTC).
+    pub second_of_day: u64,
+    pub user_id: u64,
+    pub session: u64,
+    pub region: &'static str,
+    /// The amount in cents.
+    pub cents: u64,
+    pub item: u64,
+    pub device: &'static str,
+    pub ok: bool,
+    pub tag: u64,
+}
+
+#[allow(dead_code)]
+impl Event {
+    pub fn new(i: u64) -> Self {
+        Self {
+            id: i,
+            kind: KINDS[(i % 4) as usize],
+            second_of_day: ((i / 3600) % 24) * 3600 + ((i / 60) % 60) * 60 + i % 60,
+            user_id: i * 7919 % 100_000,
+            session: i * 2_654_435_761 % (1 << 40),
+            region: REGIONS[(i / 7 % 4) as usize],
+            cents: (i % 500) * 100 + i % 100,
+            item: i % 10_000,
+            device: if i.is_multiple_of(3) {
+                "mobile"
+            } else {
+                "desktop"
+            },
+            ok: !i.is_multiple_of(5),
+            tag: i % 97,
+        }
+    }
+
+    pub fn session_id(&self) -> String {
+        format!("s-{:012x}", self.session)
+    }
+
+    pub fn url(&self) -> String {
+        format!(
+            "https://shop.example.com/products/item/{}?ref=home",
+            self.item
+        )
+    }
+
+    pub fn tags(&self) -> String {
+        format!("promo,spring,newsletter,{}", self.tag)
+    }
+
+    /// The event as one ~285-byte, 11-field JSON object.
+    pub fn json(&self) -> String {
+        let t = self.second_of_day;
+        format!(
+            "{{\"event_id\":{},\"event_type\":\"{}\",\"event_time\":\"2024-05-01T{:02}:{:02}:{:02}\",\
+             \"user_id\":{},\"session_id\":\"{}\",\"region\":\"{}\",\"amount\":{}.{:02},\
+             \"url\":\"{}\",\"device\":\"{}\",\"ok\":{},\"tags\":\"{}\"}}",
+            self.id,
+            self.kind,
+            t / 3600,
+            t / 60 % 60,
+            t % 60,
+            self.user_id,
+            self.session_id(),
+            self.region,
+            self.cents / 100,
+            self.cents % 100,
+            self.url(),
+            self.device,
+            self.ok,
+            self.tags()
+        )
+    }
+}
+
 /// One ~285-byte, 11-field JSON event (`event_id`, `event_type`, `event_time`, `user_id`,
 /// ...): the ingest and table benchmarks' record.
 #[allow(dead_code)]
 pub fn event(i: u64) -> String {
-    format!(
-        "{{\"event_id\":{i},\"event_type\":\"{}\",\"event_time\":\"2024-05-01T{:02}:{:02}:{:02}\",\
-         \"user_id\":{},\"session_id\":\"s-{:012x}\",\"region\":\"{}\",\"amount\":{}.{:02},\
-         \"url\":\"https://shop.example.com/products/item/{}?ref=home\",\"device\":\"{}\",\"ok\":{},\
-         \"tags\":\"promo,spring,newsletter,{}\"}}",
-        KINDS[(i % 4) as usize],
-        (i / 3600) % 24,
-        (i / 60) % 60,
-        i % 60,
-        i * 7919 % 100_000,
-        i * 2_654_435_761 % (1 << 40),
-        REGIONS[(i / 7 % 4) as usize],
-        i % 500,
-        i % 100,
-        i % 10_000,
-        if i.is_multiple_of(3) {
-            "mobile"
-        } else {
-            "desktop"
-        },
-        !i.is_multiple_of(5),
-        i % 97
-    )
+    Event::new(i).json()
 }
