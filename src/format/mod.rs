@@ -652,6 +652,10 @@ fn decode_group(
 /// back to the system: a third of a declared job's time).
 const KEPT_JSON_DECODERS: usize = 8;
 
+/// The most record bytes the decoders a thread keeps have decoded in one call, together:
+/// past it the oldest are dropped (a decoder's buffers are as large as the most it decoded).
+const KEPT_JSON_BYTES: usize = 64 << 20;
+
 thread_local! {
     static JSON_DECODERS: std::cell::RefCell<Vec<KeptJsonDecoder>> =
         const { std::cell::RefCell::new(Vec::new()) };
@@ -662,6 +666,8 @@ struct KeptJsonDecoder {
     schema: SchemaRef,
     /// The most rows a batch of it holds.
     rows: usize,
+    /// The most record bytes it decoded in one call.
+    bytes: usize,
     decoder: datafusion::arrow::json::reader::Decoder,
 }
 
@@ -693,6 +699,7 @@ fn decode_json(
             KeptJsonDecoder {
                 schema: schema.clone(),
                 rows,
+                bytes: 0,
                 decoder,
             }
         }
@@ -715,13 +722,15 @@ fn decode_json(
         decoder.decode(b"\n").map_err(|e| e.to_string())?;
     }
     let batch = decoder.flush().map_err(|e| e.to_string())?;
+    kept.bytes = kept.bytes.max(records.iter().map(|r| r.len()).sum());
     JSON_DECODERS.with_borrow_mut(|all| {
         // Others of the schema hold fewer rows: this one replaces them.
         all.retain(|k| !Arc::ptr_eq(&k.schema, schema));
-        if all.len() == KEPT_JSON_DECODERS {
-            all.remove(0);
-        }
         all.push(kept);
+        let mut bytes: usize = all.iter().map(|k| k.bytes).sum();
+        while all.len() > KEPT_JSON_DECODERS || (all.len() > 1 && bytes > KEPT_JSON_BYTES) {
+            bytes -= all.remove(0).bytes;
+        }
     });
     Ok(batch)
 }
@@ -820,6 +829,38 @@ mod tests {
         );
         let bad: Vec<usize> = out.errors.iter().map(|(i, _)| *i).collect();
         assert_eq!(bad, vec![1, 3]);
+    }
+
+    /// The decoder a thread keeps for a schema, through polls that fail part way (a record
+    /// cut short, two objects in one), grow past its rows and shrink again: each poll gives
+    /// its own rows and errors, as a decoder built for it would.
+    #[test]
+    fn a_kept_decoder_serves_poll_after_poll() {
+        let schema = decoder("json").schema.clone();
+        let ids = |texts: &[String]| -> std::result::Result<Vec<Option<i64>>, String> {
+            let records: Vec<&[u8]> = texts.iter().map(String::as_bytes).collect();
+            let batch = decode_json(&schema, &records)?.expect("rows");
+            Ok(batch.column(0).as_primitive::<Int64Type>().iter().collect())
+        };
+        let poll = |from: i64, n: i64| -> Vec<String> {
+            (from..from + n)
+                .map(|i| format!(r#"{{"id": {i}, "name": "n{i}"}}"#))
+                .collect()
+        };
+        let expect = |from: i64, n: i64| (from..from + n).map(Some).collect::<Vec<_>>();
+        assert_eq!(ids(&poll(0, 3)).unwrap(), expect(0, 3));
+        let cut = vec![r#"{"id": 1"#.to_string(), r#"{"id": 2}"#.to_string()];
+        assert!(ids(&cut).is_err());
+        let two = vec![r#"{"id": 1} {"id": 2}"#.to_string()];
+        assert_eq!(
+            ids(&two).unwrap_err(),
+            "a record holds more than one JSON value"
+        );
+        assert_eq!(ids(&poll(10, 3)).unwrap(), expect(10, 3));
+        assert_eq!(ids(&poll(100, 5000)).unwrap(), expect(100, 5000));
+        assert_eq!(ids(&poll(7, 2)).unwrap(), expect(7, 2));
+        assert_eq!(ids(&[" ".to_string()]).unwrap_err(), "empty record");
+        assert_eq!(ids(&poll(20, 1)).unwrap(), expect(20, 1));
     }
 
     /// Records of a large poll decoded in chunks at once: the chunks' groups in order, every
