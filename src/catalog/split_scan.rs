@@ -11,6 +11,7 @@
 //! table ran on one core however many it had.
 
 use std::any::Any;
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -18,11 +19,16 @@ use datafusion::arrow::array::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::stats::Precision;
 use datafusion::common::{ColumnStatistics, Statistics};
+use datafusion::config::ConfigOptions;
 use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::Expr;
-use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::filter_pushdown::{
+    ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown,
+};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
@@ -32,6 +38,7 @@ use iceberg::expr::Predicate;
 use iceberg::scan::FileScanTask;
 use iceberg::table::Table;
 
+use super::dynamic_filter;
 use crate::error::Error;
 
 /// Plan the scan of `table` (at `snapshot`, else its current one) for `projection` of
@@ -97,12 +104,16 @@ pub async fn plan(
     let groups = balanced(tasks, partitions.max(1), |t| t.length);
     Ok(Arc::new(LakeScanExec {
         table: table.clone(),
+        snapshot,
+        read,
         properties: properties(&projected, groups.len()),
         schema: projected,
         groups,
         total_files: total,
         predicate,
+        dynamic: Vec::new(),
         limit,
+        metrics: ExecutionPlanMetricsSet::new(),
     }))
 }
 
@@ -123,16 +134,26 @@ pub(super) fn balanced<T>(mut items: Vec<T>, n: usize, size: impl Fn(&T) -> u64)
 }
 
 /// The scan: one partition per group of files.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct LakeScanExec {
     table: Table,
+    /// The snapshot read (`None`: the table's current one when planned).
+    snapshot: Option<i64>,
+    /// The columns read.
+    read: Vec<String>,
     schema: SchemaRef,
     groups: Vec<Vec<FileScanTask>>,
     /// The table's data files, pruned or not.
     total_files: usize,
+    /// The query's filters Iceberg could bind, which pruned the files planned.
     predicate: Option<Predicate>,
+    /// Filters DataFusion pushed down that are known only as the query runs (a hash join's
+    /// build-side keys, a top-N's threshold): read when a partition starts, to skip more
+    /// files (see [`dynamic_filter`]).
+    dynamic: Vec<Arc<dyn PhysicalExpr>>,
     limit: Option<usize>,
     properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
 }
 
 /// What DataFusion knows of a scan in `partitions` partitions of `schema`: bounded,
@@ -165,6 +186,10 @@ impl DisplayAs for LakeScanExec {
         )?;
         if let Some(p) = &self.predicate {
             write!(f, ", predicate=[{p}]")?;
+        }
+        if !self.dynamic.is_empty() {
+            let filters: Vec<String> = self.dynamic.iter().map(|d| d.to_string()).collect();
+            write!(f, ", dynamic_filters=[{}]", filters.join(", "))?;
         }
         if let Some(n) = self.limit {
             write!(f, ", limit={n}")?;
@@ -212,23 +237,68 @@ impl ExecutionPlan for LakeScanExec {
         Ok(estimate(&self.schema, &tasks, self.limit))
     }
 
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    /// Filters pushed from above after planning (the `Post` phase: hash joins' and top-Ns'
+    /// dynamic filters) are kept to prune files when a partition starts; DataFusion still
+    /// applies each to the rows, so none is taken over.
+    fn handle_child_pushdown_result(
+        &self,
+        phase: FilterPushdownPhase,
+        child_pushdown_result: ChildPushdownResult,
+        _config: &ConfigOptions,
+    ) -> DFResult<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
+        let filters: Vec<Arc<dyn PhysicalExpr>> = child_pushdown_result
+            .parent_filters
+            .into_iter()
+            .map(|f| f.filter)
+            .collect();
+        let unsupported = vec![PushedDown::No; filters.len()];
+        let result = FilterPushdownPropagation::with_parent_pushdown_result(unsupported);
+        if phase != FilterPushdownPhase::Post || filters.is_empty() {
+            return Ok(result);
+        }
+        let mut scan = self.clone();
+        scan.dynamic.extend(filters);
+        Ok(result.with_updated_node(Arc::new(scan) as Arc<dyn ExecutionPlan>))
+    }
+
     fn execute(
         &self,
         partition: usize,
-        _context: Arc<TaskContext>,
+        context: Arc<TaskContext>,
     ) -> DFResult<SendableRecordBatchStream> {
         let tasks = self.groups.get(partition).cloned().ok_or_else(|| {
             DataFusionError::Internal(format!("LakeScanExec has no partition {partition}"))
         })?;
         let schema = self.schema.clone();
-        let reader = self.table.reader_builder().build();
-        let batches = reader
-            .read(Box::pin(futures::stream::iter(tasks.into_iter().map(Ok))))
-            .map_err(|e| DataFusionError::from(Error::from(e)))?
-            .stream();
+        let reader = self
+            .table
+            .reader_builder()
+            .with_batch_size(context.session_config().batch_size())
+            .build();
+        let pruned = MetricBuilder::new(&self.metrics).counter("files_pruned_at_run", partition);
+        let read = MetricBuilder::new(&self.metrics).counter("files_read", partition);
+        let scan = self.clone();
+        // The dynamic filters are read when the partition is first polled: a hash join polls
+        // its probe side once its build side is in and its filter set.
+        let batches = futures::stream::once(async move {
+            let tasks = scan.still_wanted(tasks).await;
+            pruned.add(scan.groups[partition].len() - tasks.len());
+            read.add(tasks.len());
+            Ok::<_, DataFusionError>(
+                reader
+                    .read(Box::pin(futures::stream::iter(tasks.into_iter().map(Ok))))
+                    .map_err(|e| DataFusionError::from(Error::from(e)))?
+                    .stream()
+                    .map_err(|e| DataFusionError::from(Error::from(e))),
+            )
+        })
+        .try_flatten();
         let conform = schema.clone();
         let mut rows = batches
-            .map_err(|e| DataFusionError::from(Error::from(e)))
             .and_then(move |batch| {
                 // The declared schema (no columns when the query reads none), its values.
                 let columns = if conform.fields().is_empty() {
@@ -255,6 +325,49 @@ impl ExecutionPlan for LakeScanExec {
                 .boxed();
         }
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, rows)))
+    }
+}
+
+impl LakeScanExec {
+    /// Those of `tasks` the dynamic filters, as they stand now, leave: the table planned again
+    /// with them added to the query's predicate (the manifests are cached), each file kept
+    /// only if that plan has it. The tasks kept are the ones planned first, so the rows of a
+    /// file are filtered by the query's predicate alone (a join's key list checked row by
+    /// row in the reader would cost more than it saves; the join does it). A filter that
+    /// says nothing, or a plan that fails, keeps every file.
+    async fn still_wanted(&self, tasks: Vec<FileScanTask>) -> Vec<FileScanTask> {
+        let Some(dynamic) = dynamic_filter::predicate(&self.dynamic) else {
+            return tasks;
+        };
+        if tasks.is_empty() {
+            return tasks;
+        }
+        let predicate = match &self.predicate {
+            Some(p) => p.clone().and(dynamic),
+            None => dynamic,
+        };
+        let mut scan = self.table.scan().select(self.read.clone());
+        if let Some(id) = self.snapshot {
+            scan = scan.snapshot_id(id);
+        }
+        let planned = async {
+            scan.with_filter(predicate)
+                .build()?
+                .plan_files()
+                .await?
+                .map_ok(|t| t.data_file_path)
+                .try_collect::<HashSet<String>>()
+                .await
+        };
+        match planned.await {
+            Ok(kept) => tasks
+                .into_iter()
+                .filter(|t| kept.contains(&t.data_file_path))
+                .collect(),
+            // A predicate Iceberg cannot bind (a key of another type than the column's)
+            // prunes nothing; the join still filters every row.
+            Err(_) => tasks,
+        }
     }
 }
 
