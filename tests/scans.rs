@@ -5,8 +5,11 @@ mod common;
 
 use common::{lake_session, rows};
 
-/// `lake.s.t` with 20 files: ids 0..1000, file `i` holding ids `50 i .. 50 i + 49`.
-async fn twenty_files(dir: &std::path::Path) -> floe::Session {
+/// `lake.s.t` with 20 files: ids 0..1000, file `i` holding ids `50 i .. 50 i + 49`; queries
+/// in `partitions` partitions. (With one, a hash join's probe side starts once its filter is
+/// set; with several, a partition may start while another sets it, and open its first files
+/// unpruned.)
+async fn twenty_files(dir: &std::path::Path, partitions: usize) -> floe::Session {
     let session = lake_session(
         dir,
         "CREATE SCHEMA lake.s;
@@ -23,6 +26,12 @@ async fn twenty_files(dir: &std::path::Path) -> floe::Session {
             .await
             .unwrap_or_else(|e| panic!("insert {i}: {e}"));
     }
+    session
+        .sql(&format!(
+            "SET datafusion.execution.target_partitions = {partitions}"
+        ))
+        .await
+        .unwrap();
     session
 }
 
@@ -49,7 +58,7 @@ fn metric(plan: &str, name: &str) -> Vec<usize> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hash_joins_keys_prune_the_files_its_probe_side_reads() {
     let dir = tempfile::tempdir().unwrap();
-    let session = twenty_files(dir.path()).await;
+    let session = twenty_files(dir.path(), 1).await;
     // Three keys, all in the third file (ids 100..149): the join's bounds leave one file.
     let join = "SELECT t.id, t.grp, t.v FROM lake.s.t t \
                 JOIN (VALUES (101), (120), (149)) AS k(id) ON t.id = k.id ORDER BY t.id";
@@ -81,26 +90,47 @@ async fn a_hash_joins_keys_prune_the_files_its_probe_side_reads() {
     assert!(rows(&session, none).await.contains("| 0 |"));
 }
 
+/// The self-join of `lake.s.t` with each group's first id (all in the first file).
+const FIRST_OF_EACH_GROUP: &str = "SELECT t.grp, t.id, t.v FROM lake.s.t t \
+     JOIN (SELECT grp, min(id) AS first FROM lake.s.t GROUP BY grp) f \
+       ON t.id = f.first ORDER BY t.grp";
+
+const FIRST_OF_EACH_GROUP_ROWS: &str = "+-----+----+---+\n\
+     | grp | id | v |\n\
+     +-----+----+---+\n\
+     | g0  | 0  | 0 |\n\
+     | g1  | 1  | 1 |\n\
+     | g2  | 2  | 2 |\n\
+     +-----+----+---+";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_joined_with_its_own_aggregate_reads_only_the_files_the_keys_reach() {
     let dir = tempfile::tempdir().unwrap();
-    let session = twenty_files(dir.path()).await;
-    // The first id of each group lies in the first file: the probe side reads just that one.
-    let first = "SELECT t.grp, t.id, t.v FROM lake.s.t t \
-                 JOIN (SELECT grp, min(id) AS first FROM lake.s.t GROUP BY grp) f \
-                   ON t.id = f.first ORDER BY t.grp";
-    let plan = rows(&session, &format!("EXPLAIN ANALYZE {first}")).await;
+    let session = twenty_files(dir.path(), 1).await;
+    let plan = rows(&session, &format!("EXPLAIN ANALYZE {FIRST_OF_EACH_GROUP}")).await;
     let mut read = metric(&plan, "files_read");
     read.sort();
     assert_eq!(read, [1, 20], "{plan}");
     assert_eq!(
-        rows(&session, first).await,
-        "+-----+----+---+\n\
-         | grp | id | v |\n\
-         +-----+----+---+\n\
-         | g0  | 0  | 0 |\n\
-         | g1  | 1  | 1 |\n\
-         | g2  | 2  | 2 |\n\
-         +-----+----+---+"
+        rows(&session, FIRST_OF_EACH_GROUP).await,
+        FIRST_OF_EACH_GROUP_ROWS
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_in_several_partitions_prunes_each_file_by_the_filter_as_it_stands() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = twenty_files(dir.path(), 4).await;
+    let plan = rows(&session, &format!("EXPLAIN ANALYZE {FIRST_OF_EACH_GROUP}")).await;
+    // The aggregate's scan reads all 20; the probe side's four partitions each decide file
+    // by file, so every file is read or pruned, and the rows are the same.
+    let read = metric(&plan, "files_read");
+    let pruned = metric(&plan, "files_pruned_at_run");
+    let accounted: Vec<usize> = read.iter().zip(&pruned).map(|(r, p)| r + p).collect();
+    assert_eq!(accounted, [20, 20], "{plan}");
+    assert!(read.contains(&20) && pruned.contains(&0), "{plan}");
+    assert_eq!(
+        rows(&session, FIRST_OF_EACH_GROUP).await,
+        FIRST_OF_EACH_GROUP_ROWS
     );
 }

@@ -24,11 +24,14 @@ use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::Expr;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_expr_common::physical_expr::snapshot_generation;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::filter_pushdown::{
     ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown,
 };
-use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::metrics::{
+    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
@@ -148,7 +151,7 @@ pub struct LakeScanExec {
     /// The query's filters Iceberg could bind, which pruned the files planned.
     predicate: Option<Predicate>,
     /// Filters DataFusion pushed down that are known only as the query runs (a hash join's
-    /// build-side keys, a top-N's threshold): read when a partition starts, to skip more
+    /// build-side keys, a top-N's threshold): read before each file is opened, to skip more
     /// files (see [`dynamic_filter`]).
     dynamic: Vec<Arc<dyn PhysicalExpr>>,
     limit: Option<usize>,
@@ -242,7 +245,7 @@ impl ExecutionPlan for LakeScanExec {
     }
 
     /// Filters pushed from above after planning (the `Post` phase: hash joins' and top-Ns'
-    /// dynamic filters) are kept to prune files when a partition starts; DataFusion still
+    /// dynamic filters) are kept to prune files as they are opened; DataFusion still
     /// applies each to the rows, so none is taken over.
     fn handle_child_pushdown_result(
         &self,
@@ -279,24 +282,33 @@ impl ExecutionPlan for LakeScanExec {
             .reader_builder()
             .with_batch_size(context.session_config().batch_size())
             .build();
-        let pruned = MetricBuilder::new(&self.metrics).counter("files_pruned_at_run", partition);
-        let read = MetricBuilder::new(&self.metrics).counter("files_read", partition);
-        let scan = self.clone();
-        // The dynamic filters are read when the partition is first polled: a hash join polls
-        // its probe side once its build side is in and its filter set.
-        let batches = futures::stream::once(async move {
-            let tasks = scan.still_wanted(tasks).await;
-            pruned.add(scan.groups[partition].len() - tasks.len());
-            read.add(tasks.len());
-            Ok::<_, DataFusionError>(
-                reader
-                    .read(Box::pin(futures::stream::iter(tasks.into_iter().map(Ok))))
-                    .map_err(|e| DataFusionError::from(Error::from(e)))?
-                    .stream()
-                    .map_err(|e| DataFusionError::from(Error::from(e))),
-            )
-        })
-        .try_flatten();
+        let pruner = Pruner {
+            scan: self.clone(),
+            generation: None,
+            implied: None,
+            kept: None,
+            pruned: MetricBuilder::new(&self.metrics).counter("files_pruned_at_run", partition),
+            read: MetricBuilder::new(&self.metrics).counter("files_read", partition),
+        };
+        // Each file is kept or skipped as the reader asks for it, by the dynamic filters as
+        // they stand then: a hash join's keys (set once its build side is in), a top-N's
+        // threshold (tightened as rows arrive).
+        let wanted = futures::stream::unfold(
+            (pruner, tasks.into_iter()),
+            |(mut pruner, mut tasks)| async move {
+                for task in tasks.by_ref() {
+                    if pruner.wants(&task).await {
+                        return Some((Ok(task), (pruner, tasks)));
+                    }
+                }
+                None
+            },
+        );
+        let batches = reader
+            .read(Box::pin(wanted))
+            .map_err(|e| DataFusionError::from(Error::from(e)))?
+            .stream()
+            .map_err(|e| DataFusionError::from(Error::from(e)));
         let conform = schema.clone();
         let mut rows = batches
             .and_then(move |batch| {
@@ -328,46 +340,75 @@ impl ExecutionPlan for LakeScanExec {
     }
 }
 
-impl LakeScanExec {
-    /// Those of `tasks` the dynamic filters, as they stand now, leave: the table planned again
-    /// with them added to the query's predicate (the manifests are cached), each file kept
-    /// only if that plan has it. The tasks kept are the ones planned first, so the rows of a
-    /// file are filtered by the query's predicate alone (a join's key list checked row by
-    /// row in the reader would cost more than it saves; the join does it). A filter that
-    /// says nothing, or a plan that fails, keeps every file.
-    async fn still_wanted(&self, tasks: Vec<FileScanTask>) -> Vec<FileScanTask> {
-        let Some(dynamic) = dynamic_filter::predicate(&self.dynamic) else {
-            return tasks;
-        };
-        if tasks.is_empty() {
-            return tasks;
+/// Whether a partition's files are still wanted by the scan's dynamic filters, decided file
+/// by file as the reader asks for them: when a filter has changed since the last file, the
+/// table is planned again with what the filters imply added to the query's predicate (the
+/// manifests are cached) and a file is kept only if that plan has it. The tasks kept are the
+/// ones planned first, so the rows of a file are filtered by the query's predicate alone (a
+/// join's key list checked row by row in the reader would cost more than it saves; the join
+/// does it). A filter that says nothing, or a plan that fails, keeps every file.
+struct Pruner {
+    scan: LakeScanExec,
+    /// The filters' generation when last looked at.
+    generation: Option<u64>,
+    /// What they implied then.
+    implied: Option<Predicate>,
+    /// The files the last plan kept (`None`: all).
+    kept: Option<HashSet<String>>,
+    pruned: Count,
+    read: Count,
+}
+
+impl Pruner {
+    async fn wants(&mut self, task: &FileScanTask) -> bool {
+        let generation = self
+            .scan
+            .dynamic
+            .iter()
+            .fold(0u64, |g, f| g.wrapping_add(snapshot_generation(f)));
+        if self.generation != Some(generation) {
+            self.generation = Some(generation);
+            let implied = dynamic_filter::predicate(&self.scan.dynamic);
+            if implied != self.implied {
+                self.kept = match &implied {
+                    Some(dynamic) => self.planned(dynamic.clone()).await,
+                    None => None,
+                };
+                self.implied = implied;
+            }
         }
-        let predicate = match &self.predicate {
+        let wanted = self
+            .kept
+            .as_ref()
+            .is_none_or(|kept| kept.contains(&task.data_file_path));
+        if wanted { &self.read } else { &self.pruned }.add(1);
+        wanted
+    }
+
+    /// The files of the table the query's predicate and `dynamic` together keep; `None` when
+    /// Iceberg cannot plan with them (a key of another type than the column's).
+    async fn planned(&self, dynamic: Predicate) -> Option<HashSet<String>> {
+        let scan = &self.scan;
+        let predicate = match &scan.predicate {
             Some(p) => p.clone().and(dynamic),
             None => dynamic,
         };
-        let mut scan = self.table.scan().select(self.read.clone());
-        if let Some(id) = self.snapshot {
-            scan = scan.snapshot_id(id);
+        let mut builder = scan.table.scan().select(scan.read.clone());
+        if let Some(id) = scan.snapshot {
+            builder = builder.snapshot_id(id);
         }
-        let planned = async {
-            scan.with_filter(predicate)
+        let planned: iceberg::Result<HashSet<String>> = async {
+            builder
+                .with_filter(predicate)
                 .build()?
                 .plan_files()
                 .await?
                 .map_ok(|t| t.data_file_path)
-                .try_collect::<HashSet<String>>()
+                .try_collect()
                 .await
-        };
-        match planned.await {
-            Ok(kept) => tasks
-                .into_iter()
-                .filter(|t| kept.contains(&t.data_file_path))
-                .collect(),
-            // A predicate Iceberg cannot bind (a key of another type than the column's)
-            // prunes nothing; the join still filters every row.
-            Err(_) => tasks,
         }
+        .await;
+        planned.ok()
     }
 }
 
