@@ -134,3 +134,34 @@ async fn a_scan_in_several_partitions_prunes_each_file_by_the_filter_as_it_stand
         FIRST_OF_EACH_GROUP_ROWS
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_top_n_prunes_the_files_its_threshold_rules_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = twenty_files(dir.path(), 1).await;
+    // Whichever file is read first, its values rule out every file on one side of it: those
+    // above it for the lowest ids, those below for the highest.
+    let mut pruned = 0;
+    for (order, expected) in [("ASC", ["0", "1", "2"]), ("DESC", ["999", "998", "997"])] {
+        let top = format!("SELECT id FROM lake.s.t ORDER BY id {order} LIMIT 3");
+        let plan = rows(&session, &format!("EXPLAIN ANALYZE {top}")).await;
+        assert!(plan.contains("dynamic_filters=["), "{plan}");
+        let [read] = metric(&plan, "files_read")[..] else {
+            panic!("{plan}")
+        };
+        let [skipped] = metric(&plan, "files_pruned_at_run")[..] else {
+            panic!("{plan}")
+        };
+        assert_eq!(read + skipped, 20, "{plan}");
+        pruned += skipped;
+        let got = rows(&session, &top).await;
+        let ids: Vec<&str> = got
+            .lines()
+            .skip(3)
+            .filter_map(|l| l.split('|').nth(1))
+            .map(str::trim)
+            .collect();
+        assert_eq!(ids, expected, "{got}");
+    }
+    assert!(pruned >= 10, "the two top-Ns pruned {pruned} of 40 files");
+}

@@ -1,7 +1,8 @@
 //! What a filter DataFusion learns while a query runs says about a lake table's files: the
 //! bounds and small key lists a hash join pushes to its probe side once its build side is in
-//! (`key >= min AND key <= max AND key IN (...)`), as an Iceberg predicate that the table's
-//! manifests can prune files with.
+//! (`key >= min AND key <= max AND key IN (...)`) and the threshold a top-N tightens as rows
+//! arrive (`x IS NULL OR x > t`), as an Iceberg predicate that the table's manifests can
+//! prune files with.
 //!
 //! ```text
 //! HashJoinExec (build: 10,000 first order ids) --DynamicFilter--> LakeScan (probe)
@@ -19,7 +20,9 @@ use std::sync::Arc;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_expr::expressions::{BinaryExpr, CaseExpr, Column, InListExpr, Literal};
+use datafusion::physical_expr::expressions::{
+    BinaryExpr, CaseExpr, Column, InListExpr, IsNotNullExpr, IsNullExpr, Literal,
+};
 use datafusion::physical_expr_common::physical_expr::snapshot_physical_expr;
 use iceberg::expr::{Predicate, Reference};
 use iceberg::spec::Datum;
@@ -51,6 +54,13 @@ fn implied(expr: &Arc<dyn PhysicalExpr>) -> Option<Predicate> {
             .map(|v| literal(v).and_then(datum))
             .collect();
         return Some(Reference::new(column).is_in(values?));
+    }
+    // A top-N over a nullable column keeps its nulls: `x IS NULL OR x > threshold`.
+    if let Some(e) = any.downcast_ref::<IsNullExpr>() {
+        return Some(Reference::new(column_name(e.arg())?).is_null());
+    }
+    if let Some(e) = any.downcast_ref::<IsNotNullExpr>() {
+        return Some(Reference::new(column_name(e.arg())?).is_not_null());
     }
     if let Some(case) = any.downcast_ref::<CaseExpr>() {
         // Some branch's result holds for every row the CASE passes (an ELSE that is not
@@ -235,5 +245,26 @@ mod tests {
         assert_eq!(shown(&filters), None, "not set yet");
         filter.update(expr(id, Operator::Eq, lit(7i64))).unwrap();
         assert_eq!(shown(&filters).as_deref(), Some("id = 7"));
+    }
+
+    #[test]
+    fn a_top_n_threshold_keeps_its_nulls() {
+        let s = Schema::new(vec![Field::new("v", DataType::Int64, true)]);
+        let v = col("v", &s).unwrap();
+        // `ORDER BY v DESC LIMIT n` (nulls first): its filter once n rows are in.
+        let nulls_or_above = expr(
+            Arc::new(IsNullExpr::new(v.clone())),
+            Operator::Or,
+            expr(v.clone(), Operator::Gt, lit(97i64)),
+        );
+        assert_eq!(
+            shown(&[nulls_or_above]).as_deref(),
+            Some("(v IS NULL) OR (v > 97)")
+        );
+        // `ORDER BY v LIMIT n` with fewer than n non-null values: any non-null one.
+        assert_eq!(
+            shown(&[Arc::new(IsNotNullExpr::new(v))]).as_deref(),
+            Some("v IS NOT NULL")
+        );
     }
 }
