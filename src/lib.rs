@@ -72,6 +72,8 @@ pub mod sink;
 pub mod sql;
 pub mod stream;
 pub mod task;
+#[cfg(target_os = "linux")]
+pub mod zstd_contexts;
 
 pub use error::{Error, Result};
 pub use session::{Output, Session};
