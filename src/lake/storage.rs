@@ -279,6 +279,14 @@ fn local_path(location: &str) -> PathBuf {
     }
 }
 
+/// The folder that holds `path` (`.` for a bare file name).
+fn folder_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
 /// The directories to sync once a new file at `path` is: its parent and every ancestor that
 /// does not exist yet (their names are new too), then the first that does.
 fn dirs_naming(path: &Path) -> Vec<PathBuf> {
@@ -316,55 +324,85 @@ fn sync_dirs(dirs: &[PathBuf]) -> Result<()> {
 
 /// A local file being written: synced when it closes (and the directories naming it), or,
 /// written through a [`deferring`] file IO, listed for [`sync_written`].
+///
+/// Between the writes of a [`Writer`] it holds no descriptor: each write opens the file to
+/// append. A routed job keeps a file open per table for the whole checkpoint, a row group
+/// written now and then; ten thousand tables would otherwise hold ten thousand descriptors
+/// (or have their files closed and new ones started, many small files per table).
 struct LocalFile {
+    /// The descriptor of the file just created or written, until the writer lets it go.
     file: Option<std::fs::File>,
     path: PathBuf,
     /// The directories that name it (see [`dirs_naming`]).
     dirs: Vec<PathBuf>,
     defer_sync: bool,
+    closed: bool,
 }
 
 impl LocalFile {
+    /// The file at `location`, created with the directories it needs. Most files go into a
+    /// folder that exists (a table's data folder, written to a file at a time): the file is
+    /// created first, and only when its folder is missing are the folders looked at.
     fn create(location: &str, defer_sync: bool) -> Result<Self> {
         let path = local_path(location);
-        let dirs = dirs_naming(&path);
-        let failed = |what: &str, p: &Path, e: std::io::Error| {
-            Error::new(
-                ErrorKind::Unexpected,
-                format!("{what} {}: {e}", p.display()),
-            )
+        let (file, dirs) = match std::fs::File::create(&path) {
+            Ok(file) => (file, vec![folder_of(&path)]),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let dirs = dirs_naming(&path);
+                if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(parent)
+                        .map_err(|e| io_failed("creating directory", parent, e))?;
+                }
+                let file = std::fs::File::create(&path)
+                    .map_err(|e| io_failed("creating file", &path, e))?;
+                (file, dirs)
+            }
+            Err(e) => return Err(io_failed("creating file", &path, e)),
         };
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|e| failed("creating directory", parent, e))?;
-        }
-        let file = std::fs::File::create(&path).map_err(|e| failed("creating file", &path, e))?;
         Ok(Self {
             file: Some(file),
             path,
             dirs,
             defer_sync,
+            closed: false,
         })
     }
 
     fn write(&mut self, bs: &[u8]) -> Result<()> {
         use std::io::Write;
-        let file = self
-            .file
-            .as_mut()
-            .ok_or_else(|| Error::new(ErrorKind::DataInvalid, "cannot write to a closed file"))?;
-        file.write_all(bs).map_err(|e| {
-            Error::new(
-                ErrorKind::Unexpected,
-                format!("writing {}: {e}", self.path.display()),
-            )
-        })
+        if self.closed {
+            return Err(Error::new(
+                ErrorKind::DataInvalid,
+                "cannot write to a closed file",
+            ));
+        }
+        let file = match &mut self.file {
+            Some(file) => file,
+            // Appending to the file created (a file deleted since is an error).
+            None => self.file.insert(
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&self.path)
+                    .map_err(|e| io_failed("opening", &self.path, e))?,
+            ),
+        };
+        file.write_all(bs)
+            .map_err(|e| io_failed("writing", &self.path, e))
+    }
+
+    /// Let the descriptor go until the next write.
+    fn release(&mut self) {
+        self.file = None;
     }
 
     fn close(&mut self) -> Result<()> {
-        let file = self
-            .file
-            .take()
-            .ok_or_else(|| Error::new(ErrorKind::DataInvalid, "the file is closed already"))?;
+        if std::mem::replace(&mut self.closed, true) {
+            return Err(Error::new(
+                ErrorKind::DataInvalid,
+                "the file is closed already",
+            ));
+        }
+        let file = self.file.take();
         if self.defer_sync {
             drop(file);
             let mut unsynced = UNSYNCED.lock().unwrap_or_else(|e| e.into_inner());
@@ -372,17 +410,28 @@ impl LocalFile {
             unsynced.dirs.append(&mut self.dirs);
             return Ok(());
         }
-        file.sync_all().map_err(|e| {
-            Error::new(
-                ErrorKind::Unexpected,
-                format!("syncing {}: {e}", self.path.display()),
-            )
-        })?;
+        let file = match file {
+            Some(file) => file,
+            None => {
+                std::fs::File::open(&self.path).map_err(|e| io_failed("opening", &self.path, e))?
+            }
+        };
+        file.sync_all()
+            .map_err(|e| io_failed("syncing", &self.path, e))?;
         sync_dirs(&self.dirs)
     }
 }
 
-/// A local file's writer; each write and the close run on the blocking pool.
+/// An error of a file system call on `path`.
+fn io_failed(what: &str, path: &Path, e: std::io::Error) -> Error {
+    Error::new(
+        ErrorKind::Unexpected,
+        format!("{what} {}: {e}", path.display()),
+    )
+}
+
+/// A local file's writer; each write and the close run on the blocking pool, and the file
+/// holds no descriptor between them (see [`LocalFile`]).
 struct Writer(Option<LocalFile>);
 
 impl Writer {
@@ -407,7 +456,12 @@ impl Writer {
 #[async_trait]
 impl FileWrite for Writer {
     async fn write(&mut self, bs: Bytes) -> Result<()> {
-        self.with(move |w| w.write(&bs)).await
+        self.with(move |w| {
+            let written = w.write(&bs);
+            w.release();
+            written
+        })
+        .await
     }
 
     async fn close(&mut self) -> Result<()> {
@@ -426,9 +480,21 @@ mod tests {
         let storage = LocalStorage::default();
         let mut w = storage.writer(&path).await.unwrap();
         w.write(Bytes::from_static(b"hello ")).await.unwrap();
+        // No descriptor is held between writes (a job keeps a file open per table).
+        let held = || {
+            std::fs::read_dir("/proc/self/fd")
+                .unwrap()
+                .filter_map(|fd| std::fs::read_link(fd.unwrap().path()).ok())
+                .filter(|target| target.ends_with("a/b/data.bin"))
+                .count()
+        };
+        assert_eq!(held(), 0);
         w.write(Bytes::from_static(b"world")).await.unwrap();
+        assert_eq!(held(), 0);
         w.close().await.unwrap();
         assert!(w.close().await.is_err(), "a closed file cannot close again");
+        let closed = w.write(Bytes::from_static(b"!")).await.unwrap_err();
+        assert!(closed.to_string().contains("closed"), "{closed}");
         assert!(storage.exists(&path).await.unwrap());
         assert_eq!(storage.metadata(&path).await.unwrap().size, 11);
         let r = storage.reader(&path).await.unwrap();
@@ -542,6 +608,26 @@ mod tests {
             ]
         );
         assert_eq!(dirs_naming(Path::new("f.json")), [PathBuf::from(".")]);
+        // A file's folders are made when missing; a second file in them names its folder only.
+        let first = LocalFile::create(file.to_str().unwrap(), true).unwrap();
+        assert!(file.exists());
+        assert_eq!(
+            first.dirs,
+            [
+                root.join("t/data/region=eu"),
+                root.join("t/data"),
+                root.join("t")
+            ]
+        );
+        let second = LocalFile::create(
+            &format!(
+                "file://{}",
+                root.join("t/data/region=eu/g.parquet").display()
+            ),
+            true,
+        )
+        .unwrap();
+        assert_eq!(second.dirs, [root.join("t/data/region=eu")]);
         assert_eq!(local_path("file:///a/b"), PathBuf::from("/a/b"));
         assert_eq!(local_path("file:/a/b"), PathBuf::from("/a/b"));
         assert_eq!(local_path("file://a/b"), PathBuf::from("/a/b"));

@@ -233,8 +233,14 @@ impl TableWriter {
             schema: Arc::new(schema_to_arrow_schema(&iceberg_schema)?),
             rows: 0,
             partitions: HashSet::new(),
-            held: (!is_local(metadata.location())).then_some(0),
+            held: Self::holds_open_files(table).then_some(0),
         })
+    }
+
+    /// Whether `table`'s open files hold something between writes (see
+    /// [`Self::open_files`]): on an object store, not on a local disk.
+    pub fn holds_open_files(table: &Table) -> bool {
+        !is_local(table.metadata().location())
     }
 
     /// Rows written so far.
@@ -242,9 +248,14 @@ impl TableWriter {
         self.rows
     }
 
-    /// Files open: one per partition written.
+    /// Files open that hold something of the process between writes: on an object store
+    /// one per partition written (each holds its upload's part in memory and a connection);
+    /// none on a local disk, whose files hold no descriptor between row groups.
     pub fn open_files(&self) -> usize {
-        self.partitions.len().max(1)
+        match self.held {
+            Some(_) => self.partitions.len().max(1),
+            None => 0,
+        }
     }
 
     /// About how much memory the storage holds for the open files (object stores upload a

@@ -106,6 +106,8 @@ pub struct TableSink {
     /// The writer is out, writing a row group elsewhere (see [`Self::take_unwritten`]); it
     /// comes back with [`Self::give_back`].
     lent: bool,
+    /// The files open (see [`TableWriter::open_files`]) out with the writer.
+    lent_files: usize,
     /// Rows are gathered until the caller takes them to write as a row group of the open
     /// files (routed sinks, see [`Self::deferred`]); otherwise they go to the writer every
     /// [`WRITE_ROWS`] rows, its row groups as large as the table's properties say.
@@ -252,6 +254,7 @@ impl TableSink {
             spec: None,
             writer: None,
             lent: false,
+            lent_files: 0,
             deferred: false,
             behind: None,
             writes_behind: false,
@@ -556,7 +559,13 @@ impl TableSink {
         }
         // (Rows to close while the writer is out, before a schema change, go to files of
         // their own.)
-        self.lent |= !close;
+        if !close {
+            self.lent = true;
+            self.lent_files = match &self.writer {
+                Some(w) => w.open_files(),
+                None => usize::from(TableWriter::holds_open_files(&self.staged)),
+            };
+        }
         Ok(Some(Unwritten {
             writer: self.writer.take(),
             rows,
@@ -636,7 +645,8 @@ impl TableSink {
     pub fn open_files(&self) -> usize {
         match &self.writer {
             Some(w) => w.open_files(),
-            None => usize::from(self.lent),
+            None if self.lent => self.lent_files,
+            None => 0,
         }
     }
 

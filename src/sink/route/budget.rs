@@ -51,9 +51,10 @@ impl RoutedSink {
 
     /// Keep the job's memory bounded: a table's gathering of [`ROW_GROUP_BYTES`] becomes a
     /// row group of its open files; beyond `route.buffer-size` of routed batches gathered,
-    /// every table's gathering does; beyond `route.max-open-files`, the least recently
-    /// written tables' files are closed, down to seven eighths of the cap, and so are the
-    /// files an object store holds most bytes of beyond `route.buffer-size`. All on the
+    /// every table's gathering does; beyond `route.max-open-files` (files on object stores:
+    /// local files hold no descriptor between row groups), the least recently written
+    /// tables' files are closed, down to seven eighths of the cap, and so are the files an
+    /// object store holds most bytes of beyond `route.buffer-size`. All on the
     /// blocking pool while the job goes on (the next time waits for it).
     pub(super) async fn bound(&mut self) -> Result<()> {
         self.release();

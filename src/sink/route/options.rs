@@ -27,8 +27,9 @@ pub struct RouteOptions {
     pub dead_letter_table: String,
     /// Tables the job writes at most, over its life (not only at once).
     pub max_tables: usize,
-    /// Data files open at once (one per table and partition written since the last
-    /// checkpoint); beyond it the least recently written tables' files are closed.
+    /// Data files open at once on object stores (one per table and partition written since
+    /// the last checkpoint); beyond it the least recently written tables' files are closed.
+    /// Local files hold no descriptor between row groups and do not count.
     pub max_open_files: usize,
     /// Routed rows gathered for the tables' next row groups, in bytes (default 128 MiB, `BUFFER_SIZE`).
     pub buffer_size: usize,
