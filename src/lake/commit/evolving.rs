@@ -162,7 +162,8 @@ pub async fn prepare(base: &Table, append: EvolvingAppend) -> Result<Prepared> {
             n,
             spec_id,
             iceberg::spec::ManifestContentType::Data,
-        )?;
+        )
+        .await?;
         for f in files {
             // A negative sequence number: the entry inherits the snapshot's (format v2+).
             writer.add_file(f, -1)?;

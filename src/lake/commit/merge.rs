@@ -110,7 +110,8 @@ pub async fn merge_small(
             loaded.extend(futures::future::try_join_all(reads).await?);
         }
         let mut writer =
-            snapshot::manifest_writer(md, io, ids, *n, first.partition_spec_id, first.content)?;
+            snapshot::manifest_writer(md, io, ids, *n, first.partition_spec_id, first.content)
+                .await?;
         *n += 1;
         let mut entries = 0;
         for (&i, manifest) in group.iter().zip(&loaded) {

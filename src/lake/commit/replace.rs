@@ -178,7 +178,8 @@ pub async fn prepare_rewrite(
                 cache.next,
                 md.default_partition_spec_id(),
                 ManifestContentType::Data,
-            )?;
+            )
+            .await?;
             cache.next += 1;
             for f in &rewrite.added {
                 writer.add_file(f.clone(), rewrite.sequence_number)?;
@@ -198,7 +199,8 @@ pub async fn prepare_rewrite(
             cache.next,
             spec_id,
             ManifestContentType::Deletes,
-        )?;
+        )
+        .await?;
         cache.next += 1;
         for (f, _) in carried {
             collector.add_file(f, md.current_schema().clone(), spec.clone());
@@ -256,7 +258,8 @@ pub(super) async fn rewrite_manifest(
         n,
         file.partition_spec_id,
         file.content,
-    )?;
+    )
+    .await?;
     let mut removed = Vec::new();
     for e in live {
         let (seq, file_seq) = sequence_numbers(e)?;
@@ -310,7 +313,8 @@ pub async fn prepare_manifest_rewrite(
                 n,
                 spec_id,
                 ManifestContentType::Data,
-            )?;
+            )
+            .await?;
             n += 1;
             for (e, added_by) in chunk {
                 let (seq, file_seq) = sequence_numbers(e)?;

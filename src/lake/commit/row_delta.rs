@@ -167,7 +167,8 @@ pub async fn prepare_row_delta(base: &Table, delta: &RowDelta) -> Result<Prepare
             n,
             spec_id,
             ManifestContentType::Deletes,
-        )?;
+        )
+        .await?;
         n += 1;
         for f in files {
             collector.add_file(f, schema.clone(), spec.clone());
@@ -185,7 +186,8 @@ pub async fn prepare_row_delta(base: &Table, delta: &RowDelta) -> Result<Prepare
             n,
             md.default_partition_spec_id(),
             ManifestContentType::Data,
-        )?;
+        )
+        .await?;
         for f in &delta.added {
             collector.add_file(f, schema.clone(), spec.clone());
             writer.add_file(f.clone(), -1)?;

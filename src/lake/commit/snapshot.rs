@@ -7,11 +7,12 @@ use iceberg::TableUpdate;
 use iceberg::io::FileIO;
 use iceberg::spec::{
     DataFileFormat, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestFile,
-    ManifestListWriter, ManifestWriter, ManifestWriterBuilder, Operation, PartitionSpecRef,
-    Snapshot, SnapshotReference, SnapshotRetention, Summary, TableMetadata,
+    ManifestListWriter, Operation, PartitionSpecRef, Snapshot, SnapshotReference,
+    SnapshotRetention, Summary, TableMetadata,
 };
 use iceberg::table::Table;
 
+use super::manifest::{ManifestWriter, Target};
 use crate::error::{Error, Result};
 
 /// A snapshot id no snapshot of `md` has.
@@ -47,22 +48,25 @@ pub fn manifest_path(md: &TableMetadata, commit_id: uuid::Uuid, n: usize) -> Str
 /// A writer of manifest `n` of commit `commit_id` (snapshot `id`) of a table whose
 /// metadata is `md` (the schema is its current one), for data or delete files (`content`)
 /// of partition spec `spec_id`.
-pub fn manifest_writer(
+pub async fn manifest_writer(
     md: &TableMetadata,
     io: &FileIO,
-    ids: (i64, uuid::Uuid),
+    (id, commit_id): (i64, uuid::Uuid),
     n: usize,
     spec_id: i32,
     content: ManifestContentType,
 ) -> Result<ManifestWriter> {
-    let builder = manifest_builder(md, io, ids, n, spec_id)?;
-    let v3 = md.format_version() >= FormatVersion::V3;
-    Ok(match (content, v3) {
-        (ManifestContentType::Data, false) => builder.build_v2_data(),
-        (ManifestContentType::Deletes, false) => builder.build_v2_deletes(),
-        (ManifestContentType::Data, true) => builder.build_v3_data(),
-        (ManifestContentType::Deletes, true) => builder.build_v3_deletes(),
+    ManifestWriter::new(Target {
+        // Synced with the rest of the commit, before the catalog names it.
+        output: crate::lake::storage::deferring(io, md.location())
+            .new_output(manifest_path(md, commit_id, n))?,
+        snapshot_id: id,
+        schema: md.current_schema(),
+        spec: spec(md, spec_id)?,
+        format_version: md.format_version(),
+        content,
     })
+    .await
 }
 
 /// The table's partition spec `spec_id` (files name the spec they were written with).
@@ -73,24 +77,6 @@ pub fn spec(md: &TableMetadata, spec_id: i32) -> Result<&PartitionSpecRef> {
             md.location()
         ))
     })
-}
-
-fn manifest_builder(
-    md: &TableMetadata,
-    io: &FileIO,
-    (id, commit_id): (i64, uuid::Uuid),
-    n: usize,
-    spec_id: i32,
-) -> Result<ManifestWriterBuilder> {
-    let spec = spec(md, spec_id)?;
-    Ok(ManifestWriterBuilder::new(
-        // Synced with the rest of the commit, before the catalog names it.
-        crate::lake::storage::deferring(io, md.location())
-            .new_output(manifest_path(md, commit_id, n))?,
-        Some(id),
-        md.current_schema().clone(),
-        spec.as_ref().clone(),
-    ))
 }
 
 /// Write the manifest list of `new` and return the snapshot naming it (committing nothing).
