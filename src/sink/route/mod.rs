@@ -296,6 +296,7 @@ impl RoutedSink {
             committer: self.committer.clone(),
             namespace: self.namespace.clone(),
             options: self.options.clone(),
+            made: Default::default(),
         };
         // A table its rows cannot create (their columns make no schema) rejects them.
         let mut refused: HashMap<String, Reject> = HashMap::new();

@@ -5,6 +5,8 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use iceberg::spec::{Schema, UnboundPartitionSpec};
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
 
 use super::RouteOptions;
@@ -27,7 +29,21 @@ pub(super) struct Opener {
     pub(super) committer: Option<Arc<Committer>>,
     pub(super) namespace: NamespaceIdent,
     pub(super) options: RouteOptions,
+    /// Table schemas and specs made so far, by the Arrow schema and key they were made from:
+    /// the tables a source's rows create mostly share their columns.
+    pub(super) made: std::sync::Mutex<Vec<Made>>,
 }
+
+/// A new table's schema and spec, and what they were made from.
+pub(super) struct Made {
+    arrow: SchemaRef,
+    key: Vec<String>,
+    schema: Schema,
+    spec: Option<UnboundPartitionSpec>,
+}
+
+/// How many [`Made`] an [`Opener`] keeps.
+const MADE_KEPT: usize = 8;
 
 impl Opener {
     /// The tables `new` names, each with its first rows: loaded, or created from the rows'
@@ -112,10 +128,55 @@ impl Opener {
             .and_then(|c| c.distinct_key_names().into_iter().flatten().next())
             .map(|names| names.split(',').map(str::to_string).collect())
             .unwrap_or_default();
+        let arrow = data.schema();
+        let (schema, spec) = match self.made_before(&arrow, &key) {
+            Some(made) => made,
+            None => {
+                let (schema, spec) = self.make(name, &arrow, &key)?;
+                let mut made = self.made.lock().unwrap_or_else(|e| e.into_inner());
+                if made.len() == MADE_KEPT {
+                    made.remove(0);
+                }
+                made.push(Made {
+                    arrow,
+                    key,
+                    schema: schema.clone(),
+                    spec: spec.clone(),
+                });
+                (schema, spec)
+            }
+        };
+        Ok(TableCreation::builder()
+            .name(name.to_string())
+            .schema(schema)
+            .partition_spec_opt(spec)
+            .properties(self.options.table_properties.clone())
+            .build())
+    }
+
+    /// The schema and spec made before from `arrow` and `key`.
+    fn made_before(
+        &self,
+        arrow: &SchemaRef,
+        key: &[String],
+    ) -> Option<(Schema, Option<UnboundPartitionSpec>)> {
+        let made = self.made.lock().unwrap_or_else(|e| e.into_inner());
+        made.iter()
+            .find(|m| (Arc::ptr_eq(&m.arrow, arrow) || m.arrow == *arrow) && m.key == key)
+            .map(|m| (m.schema.clone(), m.spec.clone()))
+    }
+
+    /// The schema and spec of new table `name` whose rows have columns `arrow` and `key`.
+    fn make(
+        &self,
+        name: &str,
+        arrow: &SchemaRef,
+        key: &[String],
+    ) -> Result<(Schema, Option<UnboundPartitionSpec>)> {
         let key: Vec<&str> = key.iter().map(String::as_str).collect();
         // Rows whose columns make no Iceberg schema (`a.b` beside a struct `a` with a field
         // `b`, say) are the rows' fault: dead letters, found by the job.
-        let schema = iceberg_schema(data.schema().as_ref(), true)
+        let schema = iceberg_schema(arrow.as_ref(), true)
             .map_err(|e| e.to_string())
             .and_then(|schema| with_key(schema, &key, true, &name))
             .map_err(|e| {
@@ -132,12 +193,7 @@ impl Opener {
             ))));
         }
         let spec = spec_for(&schema, None, &self.options.candidates)?;
-        Ok(TableCreation::builder()
-            .name(name.to_string())
-            .schema(schema)
-            .partition_spec_opt(spec)
-            .properties(self.options.table_properties.clone())
-            .build())
+        Ok((schema, spec))
     }
 
     /// A routed table's sink.
