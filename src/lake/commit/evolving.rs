@@ -171,10 +171,9 @@ pub async fn prepare(base: &Table, append: EvolvingAppend) -> Result<Prepared> {
         written.push(writer.write_manifest_file().await?);
     }
     let mut manifests = Vec::new();
-    if let Some(current) = md.current_snapshot() {
-        let list = base.manifest_list_reader(current).load().await?;
+    if md.current_snapshot().is_some() {
         let ids = (snapshot_id, commit_id);
-        let kept = list.entries().to_vec();
+        let kept = super::lists::current(base).await?.to_vec();
         manifests = super::merge::merge_small(&staged, io, kept, ids, &mut next).await?;
     }
     manifests.extend(written);

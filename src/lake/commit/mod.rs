@@ -18,6 +18,7 @@
 pub mod append;
 pub mod evolving;
 pub mod glue;
+pub mod lists;
 pub mod manifest;
 pub mod merge;
 pub mod replace;

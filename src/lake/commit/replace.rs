@@ -74,10 +74,10 @@ pub async fn live_data_entries(
     let Some(current) = md.current_snapshot() else {
         return Ok((Vec::new(), Vec::new()));
     };
-    let list = base.manifest_list_reader(current).load().await?;
+    let list = super::lists::load(base, current).await?;
     let mut data = Vec::new();
     let mut other = Vec::new();
-    for file in list.entries() {
+    for file in list.iter() {
         if file.content != ManifestContentType::Data {
             other.push(file.clone());
             continue;
@@ -124,11 +124,11 @@ pub async fn prepare_rewrite(
             id
         }
     };
-    let list = base.manifest_list_reader(current).load().await?;
+    let list = super::lists::load(base, current).await?;
     let mut manifests = Vec::new();
     let mut removed = Vec::new();
     let mut removed_deletes = Vec::new();
-    for file in list.entries() {
+    for file in list.iter() {
         if !cache.manifests.contains_key(&file.manifest_path) {
             let done = rewrite_manifest(base, file, (id, commit_id), cache.next, |e| {
                 removes(rewrite, e)

@@ -129,9 +129,9 @@ pub async fn prepare_row_delta(base: &Table, delta: &RowDelta) -> Result<Prepare
         HashSet::new()
     };
     if let Some(current) = md.current_snapshot() {
-        let list = base.manifest_list_reader(current).load().await?;
+        let list = super::lists::load(base, current).await?;
         let mut kept = Vec::new();
-        for file in list.entries() {
+        for file in list.iter() {
             if replaced.is_empty() || file.content != ManifestContentType::Deletes {
                 kept.push(file.clone());
                 continue;

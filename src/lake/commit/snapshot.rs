@@ -99,7 +99,8 @@ pub async fn write(base: &Table, new: NewSnapshot) -> Result<Snapshot> {
         .writer()
         .await?;
     let first_row_id = md.next_row_id();
-    let mut list = if md.format_version() >= FormatVersion::V3 {
+    let v3 = md.format_version() >= FormatVersion::V3;
+    let mut list = if v3 {
         ManifestListWriter::v3(
             out,
             new.id,
@@ -110,9 +111,20 @@ pub async fn write(base: &Table, new: NewSnapshot) -> Result<Snapshot> {
     } else {
         ManifestListWriter::v2(out, new.id, md.current_snapshot_id(), sequence_number)
     };
-    list.add_manifests(new.manifests.into_iter())?;
-    let next_row_id = list.next_row_id();
+    // Assigned here, so that what is kept is what the file holds (the writer leaves
+    // assigned numbers alone).
+    let mut manifests = new.manifests;
+    let next_row_id = super::lists::assign(
+        md.format_version(),
+        new.id,
+        sequence_number,
+        v3.then_some(first_row_id),
+        &mut manifests,
+    )?;
+    list.add_manifests(manifests.iter().cloned())?;
     list.close().await?;
+    let parent = md.current_snapshot().map(|s| s.manifest_list());
+    super::lists::keep(&list_path, parent, manifests);
     let snapshot = Snapshot::builder()
         .with_snapshot_id(new.id)
         .with_parent_snapshot_id(md.current_snapshot_id())

@@ -34,8 +34,8 @@ pub async fn rewrite_manifests(table: &Maintained) -> Result<Rewritten> {
                     base.identifier()
                 )));
             }
-            let list = base.manifest_list_reader(current).load().await?;
-            if list.entries().len() <= 1 {
+            let list = crate::lake::commit::lists::load(&base, current).await?;
+            if list.len() <= 1 {
                 return Ok(None);
             }
             let (prepared, before, after) =
