@@ -626,7 +626,16 @@ async fn try_commit(
         }
         groups.push((md.default_partition_spec_id(), rewritten.files));
     }
+    // The table is the one the files were written for, with the schema they were written
+    // against: the files as the sink has them are what their JSON reads back as (see
+    // `lake::writer`'s tests), without parsing it.
+    let as_written =
+        !rewrite && pending.base_schema_id == Some(table.metadata().current_schema_id());
     for group in pending.groups.iter().filter(|_| !rewrite) {
+        if as_written && group.written.len() == group.files.len() {
+            groups.push((group.spec_id, group.written.clone()));
+            continue;
+        }
         let spec_ref = md.partition_spec_by_id(group.spec_id).ok_or_else(|| {
             Error::Internal(format!(
                 "table {ident} has no partition spec {} for checkpoint {checkpoint}",

@@ -179,6 +179,11 @@ pub struct FileGroup {
     pub spec_id: i32,
     /// Each data file as Iceberg's JSON form of a manifest entry's data file.
     pub files: Vec<String>,
+    /// The same files as the sink that wrote them has them, in this process only (a record
+    /// read back has the JSON alone): the commit takes these rather than parse `files` when
+    /// the table is still the one they were written for.
+    #[serde(skip)]
+    pub written: Vec<iceberg::spec::DataFile>,
 }
 
 /// Where a job's checkpoint records live.

@@ -480,6 +480,170 @@ mod tests {
         assert!(!is_local("gs://b/ns/t"));
     }
 
+    /// The checkpoint commit takes the files the writer returned as they are, where a commit
+    /// after a restart reads them back from the checkpoint record's JSON: the two must be the
+    /// same files, for every kind of column and partition.
+    #[tokio::test]
+    async fn written_files_read_back_from_json_as_they_were() {
+        use datafusion::arrow::array::{
+            BooleanArray, Date32Array, Decimal128Array, Float64Array, Int64Array, LargeBinaryArray,
+            StringArray, TimestampMicrosecondArray,
+        };
+        use iceberg::spec::{
+            FormatVersion, NestedField, PartitionSpec, PrimitiveType, Schema, SortOrder,
+            TableMetadataBuilder, Transform, Type, deserialize_data_file_from_json,
+            serialize_data_file_to_json,
+        };
+        let p = |t| Type::Primitive(t);
+        let schema = Schema::builder()
+            .with_fields(vec![
+                NestedField::required(1, "id", p(PrimitiveType::Long)).into(),
+                NestedField::optional(2, "name", p(PrimitiveType::String)).into(),
+                NestedField::optional(3, "ts", p(PrimitiveType::Timestamptz)).into(),
+                NestedField::optional(4, "x", p(PrimitiveType::Double)).into(),
+                NestedField::optional(5, "ok", p(PrimitiveType::Boolean)).into(),
+                NestedField::optional(6, "day", p(PrimitiveType::Date)).into(),
+                NestedField::optional(7, "raw", p(PrimitiveType::Binary)).into(),
+                NestedField::optional(
+                    8,
+                    "price",
+                    p(PrimitiveType::Decimal {
+                        precision: 10,
+                        scale: 2,
+                    }),
+                )
+                .into(),
+            ])
+            .build()
+            .unwrap();
+        let spec = PartitionSpec::builder(schema.clone())
+            .add_partition_field("name", "name", Transform::Identity)
+            .unwrap()
+            .add_partition_field("ts", "ts_day", Transform::Day)
+            .unwrap()
+            .add_partition_field("id", "id_bucket", Transform::Bucket(4))
+            .unwrap()
+            .add_partition_field("price", "price", Transform::Identity)
+            .unwrap()
+            .build()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        for format in [FormatVersion::V2, FormatVersion::V3] {
+            let md = TableMetadataBuilder::new(
+                schema.clone(),
+                spec.clone().into_unbound(),
+                SortOrder::unsorted_order(),
+                format!("{}/t{format}", dir.path().display()),
+                format,
+                HashMap::new(),
+            )
+            .unwrap()
+            .build()
+            .unwrap()
+            .metadata;
+            let io = iceberg::io::FileIOBuilder::new(Arc::new(
+                crate::lake::storage::LocalStorageFactory,
+            ))
+            .build();
+            let table = Table::builder()
+                .metadata(md)
+                .identifier(iceberg::TableIdent::from_strs(["ns", "t"]).unwrap())
+                .file_io(io)
+                .runtime(iceberg::Runtime::try_current().unwrap())
+                .build()
+                .unwrap();
+            let mut writer = TableWriter::try_new(&table).unwrap();
+            let rows = 6;
+            let batch = RecordBatch::try_new(
+                writer.schema.clone(),
+                vec![
+                    Arc::new(Int64Array::from_iter_values(0..rows)),
+                    Arc::new(StringArray::from(vec![
+                        Some("a/b"),
+                        None,
+                        Some("a/b"),
+                        Some("é"),
+                        None,
+                        Some("z"),
+                    ])),
+                    Arc::new(
+                        TimestampMicrosecondArray::from(vec![
+                            Some(0),
+                            Some(86_400_000_001),
+                            None,
+                            Some(-5),
+                            Some(1),
+                            Some(2),
+                        ])
+                        .with_timezone("+00:00"),
+                    ),
+                    Arc::new(Float64Array::from(vec![
+                        Some(f64::NAN),
+                        Some(1.5),
+                        None,
+                        Some(-0.0),
+                        Some(2.0),
+                        Some(f64::INFINITY),
+                    ])),
+                    Arc::new(BooleanArray::from(vec![
+                        Some(true),
+                        None,
+                        Some(false),
+                        Some(true),
+                        Some(true),
+                        Some(false),
+                    ])),
+                    Arc::new(Date32Array::from(vec![
+                        Some(0),
+                        Some(-1),
+                        None,
+                        Some(9),
+                        Some(1),
+                        Some(2),
+                    ])),
+                    Arc::new(LargeBinaryArray::from(vec![
+                        Some(&b"\x00\xff"[..]),
+                        None,
+                        Some(&b""[..]),
+                        Some(&b"x"[..]),
+                        Some(&b"y"[..]),
+                        None,
+                    ])),
+                    Arc::new(
+                        Decimal128Array::from(vec![
+                            Some(1234),
+                            None,
+                            Some(-1),
+                            Some(1234),
+                            None,
+                            Some(5),
+                        ])
+                        .with_precision_and_scale(10, 2)
+                        .unwrap(),
+                    ),
+                ],
+            )
+            .unwrap();
+            writer.write(batch).await.unwrap();
+            let files = writer.close().await.unwrap();
+            assert!(files.len() > 3, "{} files", files.len());
+            let md = table.metadata();
+            let partition_type = spec.partition_type(md.current_schema()).unwrap();
+            for f in files {
+                assert!(!f.lower_bounds().is_empty() && !f.nan_value_counts().is_empty());
+                let json = serialize_data_file_to_json(f.clone(), &partition_type, format).unwrap();
+                let back = deserialize_data_file_from_json(
+                    &json,
+                    md.default_partition_spec_id(),
+                    &partition_type,
+                    md.current_schema(),
+                )
+                .unwrap();
+                assert_eq!(back, f, "{format}: {json}");
+            }
+        }
+    }
+
     #[test]
     fn partition_values_are_one_path_segment() {
         assert_eq!(escape("firefox/"), "firefox%2F");

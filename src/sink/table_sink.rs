@@ -700,12 +700,16 @@ impl TableSink {
                 Error::Internal(format!("staged table lacks partition spec {spec_id}"))
             })?;
             let partition_type = spec.partition_type(md.current_schema())?;
-            let json = serialize_data_file_to_json(file, &partition_type, format)?;
+            let json = serialize_data_file_to_json(file.clone(), &partition_type, format)?;
             match groups.iter_mut().find(|g| g.spec_id == spec_id) {
-                Some(g) => g.files.push(json),
+                Some(g) => {
+                    g.files.push(json);
+                    g.written.push(file);
+                }
                 None => groups.push(FileGroup {
                     spec_id,
                     files: vec![json],
+                    written: vec![file],
                 }),
             }
         }
