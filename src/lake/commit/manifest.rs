@@ -281,7 +281,7 @@ async fn format_for(
     Ok(format)
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
@@ -319,7 +319,10 @@ async fn probe(
     theirs.add_existing_file(rest[1].clone(), 5, 2, Some(2))?;
     let their_file = theirs.write_manifest_file().await?;
     let written = io.new_input(path)?.read().await?;
-    let Some((avro_schema, block)) = read_container(&written) else {
+    let Some((mut metadata, block)) = read_container(&written) else {
+        return Ok(None);
+    };
+    let Some(avro_schema) = metadata.remove("avro.schema") else {
         return Ok(None);
     };
     let format = Arc::new(Format {
@@ -416,13 +419,17 @@ fn samples(fields: &[(Kind, bool)], spec_id: i32) -> Result<Vec<DataFile>> {
     Ok(vec![full, empty, other])
 }
 
-/// The Avro schema text and the first block's data of an Avro container file with no codec.
-fn read_container(file: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+/// An Avro container file's key-value metadata.
+pub(super) type Metadata = HashMap<String, Vec<u8>>;
+
+/// The key-value metadata of an Avro object container file and its first block's bytes,
+/// if the file is one (uncompressed: its codec is `null`).
+pub(super) fn read_container(file: &[u8]) -> Option<(Metadata, Vec<u8>)> {
     let mut r = Read(file);
     if r.take(4)? != b"Obj\x01" {
         return None;
     }
-    let (mut schema, mut codec) = (None, None);
+    let mut metadata = HashMap::new();
     loop {
         let mut count = r.long()?;
         if count == 0 {
@@ -433,22 +440,17 @@ fn read_container(file: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
             r.long()?;
         }
         for _ in 0..count {
-            let key = r.bytes()?;
-            let value = r.bytes()?;
-            match key {
-                b"avro.schema" => schema = Some(value.to_vec()),
-                b"avro.codec" => codec = Some(value),
-                _ => {}
-            }
+            let key = String::from_utf8(r.bytes()?.to_vec()).ok()?;
+            metadata.insert(key, r.bytes()?.to_vec());
         }
     }
-    if codec.is_some_and(|c| c != b"null") {
+    if metadata.get("avro.codec").is_some_and(|c| c != b"null") {
         return None;
     }
     r.take(16)?;
     r.long()?;
     let block = r.bytes()?;
-    Some((schema?, block.to_vec()))
+    Some((metadata, block.to_vec()))
 }
 
 struct Read<'a>(&'a [u8]);
@@ -685,24 +687,7 @@ impl Entries {
             ("format-version", header.format_version.as_bytes()),
             ("content", content.as_bytes()),
         ];
-        let sync = *uuid::Uuid::new_v4().as_bytes();
-        let size = metadata
-            .iter()
-            .map(|(k, v)| k.len() + v.len() + 4)
-            .sum::<usize>();
-        let mut out = Vec::with_capacity(size + self.buf.len() + 64);
-        out.extend_from_slice(b"Obj\x01");
-        array(&mut out, &metadata, |b, (k, v)| {
-            bytes(b, k.as_bytes());
-            bytes(b, v);
-        });
-        out.extend_from_slice(&sync);
-        if self.count > 0 {
-            long(&mut out, self.count as i64);
-            bytes(&mut out, &self.buf);
-            out.extend_from_slice(&sync);
-        }
-        out
+        container(&metadata, self.count, &self.buf)
     }
 
     fn manifest_file(&self, path: String, length: i64, spec_id: i32) -> ManifestFile {
@@ -801,12 +786,35 @@ fn primitive(b: &mut Vec<u8>, v: &PrimitiveLiteral) {
     }
 }
 
+/// An Avro object container file: `metadata` (the schema and codec among it), then `count`
+/// objects encoded in `block` as one block (none when there are none).
+pub(super) fn container(metadata: &[(&str, &[u8])], count: u64, block: &[u8]) -> Vec<u8> {
+    let sync = *uuid::Uuid::new_v4().as_bytes();
+    let size = metadata
+        .iter()
+        .map(|(k, v)| k.len() + v.len() + 4)
+        .sum::<usize>();
+    let mut out = Vec::with_capacity(size + block.len() + 64);
+    out.extend_from_slice(b"Obj\x01");
+    array(&mut out, metadata, |b, (k, v)| {
+        bytes(b, k.as_bytes());
+        bytes(b, v);
+    });
+    out.extend_from_slice(&sync);
+    if count > 0 {
+        long(&mut out, count as i64);
+        bytes(&mut out, block);
+        out.extend_from_slice(&sync);
+    }
+    out
+}
+
 fn count(v: u64, what: &str) -> Result<i64> {
     i64::try_from(v).map_err(|_| Error::Internal(format!("{what} {v} does not fit a long")))
 }
 
 /// Avro's `int` and `long`: zig-zag, then 7 bits a byte, low bits first.
-fn long(b: &mut Vec<u8>, v: i64) {
+pub(super) fn long(b: &mut Vec<u8>, v: i64) {
     let mut z = ((v << 1) ^ (v >> 63)) as u64;
     while z >= 0x80 {
         b.push((z as u8) | 0x80);
@@ -816,13 +824,13 @@ fn long(b: &mut Vec<u8>, v: i64) {
 }
 
 /// Avro's `bytes` and `string`: the length, then the bytes.
-fn bytes(b: &mut Vec<u8>, v: &[u8]) {
+pub(super) fn bytes(b: &mut Vec<u8>, v: &[u8]) {
     long(b, v.len() as i64);
     b.extend_from_slice(v);
 }
 
 /// A `["null", T]` union: branch 0 for none, branch 1 and the value for some.
-fn optional<T>(b: &mut Vec<u8>, v: Option<T>, write: impl FnOnce(&mut Vec<u8>, T)) {
+pub(super) fn optional<T>(b: &mut Vec<u8>, v: Option<T>, write: impl FnOnce(&mut Vec<u8>, T)) {
     match v {
         None => long(b, 0),
         Some(v) => {
@@ -833,7 +841,7 @@ fn optional<T>(b: &mut Vec<u8>, v: Option<T>, write: impl FnOnce(&mut Vec<u8>, T
 }
 
 /// An Avro array (or map): one block of all items, then the empty block that ends it.
-fn array<T>(b: &mut Vec<u8>, items: &[T], mut write: impl FnMut(&mut Vec<u8>, &T)) {
+pub(super) fn array<T>(b: &mut Vec<u8>, items: &[T], mut write: impl FnMut(&mut Vec<u8>, &T)) {
     if !items.is_empty() {
         long(b, items.len() as i64);
         for item in items {

@@ -12,6 +12,7 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 
+use super::lists::{self, ListHeader};
 use super::manifest::{ManifestWriter, Target};
 use crate::error::{Error, Result};
 
@@ -94,37 +95,44 @@ pub async fn write(base: &Table, new: NewSnapshot) -> Result<Snapshot> {
         new.commit_id,
         DataFileFormat::Avro
     );
-    let out = crate::lake::storage::deferring(base.file_io(), md.location())
-        .new_output(&list_path)?
-        .writer()
-        .await?;
+    let output =
+        crate::lake::storage::deferring(base.file_io(), md.location()).new_output(&list_path)?;
     let first_row_id = md.next_row_id();
     let v3 = md.format_version() >= FormatVersion::V3;
-    let mut list = if v3 {
-        ManifestListWriter::v3(
-            out,
-            new.id,
-            md.current_snapshot_id(),
-            sequence_number,
-            Some(first_row_id),
-        )
-    } else {
-        ManifestListWriter::v2(out, new.id, md.current_snapshot_id(), sequence_number)
+    let header = ListHeader {
+        format: md.format_version(),
+        snapshot_id: new.id,
+        parent_snapshot_id: md.current_snapshot_id(),
+        sequence_number,
+        first_row_id: v3.then_some(first_row_id),
     };
-    // Assigned here, so that what is kept is what the file holds (the writer leaves
-    // assigned numbers alone).
+    // Assigned here, so that what is kept is what the file holds (iceberg-rust's writer
+    // leaves assigned numbers alone).
     let mut manifests = new.manifests;
-    let next_row_id = super::lists::assign(
-        md.format_version(),
+    let next_row_id = lists::assign(
+        header.format,
         new.id,
         sequence_number,
-        v3.then_some(first_row_id),
+        header.first_row_id,
         &mut manifests,
     )?;
-    list.add_manifests(manifests.iter().cloned())?;
-    list.close().await?;
+    match lists::encode(&header, &manifests).await? {
+        Some(bytes) => output.write(bytes.into()).await?,
+        None => {
+            let out = output.writer().await?;
+            let (id, parent) = (new.id, header.parent_snapshot_id);
+            let mut list = match header.first_row_id {
+                Some(first) => {
+                    ManifestListWriter::v3(out, id, parent, sequence_number, Some(first))
+                }
+                None => ManifestListWriter::v2(out, id, parent, sequence_number),
+            };
+            list.add_manifests(manifests.iter().cloned())?;
+            list.close().await?;
+        }
+    }
     let parent = md.current_snapshot().map(|s| s.manifest_list());
-    super::lists::keep(&list_path, parent, manifests);
+    lists::keep(&list_path, parent, manifests);
     let snapshot = Snapshot::builder()
         .with_snapshot_id(new.id)
         .with_parent_snapshot_id(md.current_snapshot_id())
