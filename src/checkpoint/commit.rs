@@ -633,7 +633,7 @@ async fn try_commit(
         !rewrite && pending.base_schema_id == Some(table.metadata().current_schema_id());
     for group in pending.groups.iter().filter(|_| !rewrite) {
         if as_written && group.written.len() == group.files.len() {
-            groups.push((group.spec_id, group.written.clone()));
+            groups.push((group.spec_id, group.written.to_vec()));
             continue;
         }
         let spec_ref = md.partition_spec_by_id(group.spec_id).ok_or_else(|| {

@@ -183,7 +183,7 @@ pub struct FileGroup {
     /// read back has the JSON alone): the commit takes these rather than parse `files` when
     /// the table is still the one they were written for.
     #[serde(skip)]
-    pub written: Vec<iceberg::spec::DataFile>,
+    pub written: std::sync::Arc<[iceberg::spec::DataFile]>,
 }
 
 /// Where a job's checkpoint records live.

@@ -694,25 +694,30 @@ impl TableSink {
         }
         let md = self.staged.metadata();
         let format = md.format_version();
-        let mut groups: Vec<FileGroup> = Vec::new();
+        // Per spec id: the files' JSON and the files.
+        let mut by_spec: Vec<(i32, Vec<String>, Vec<DataFile>)> = Vec::new();
         for (spec_id, file) in files {
             let spec = md.partition_spec_by_id(spec_id).ok_or_else(|| {
                 Error::Internal(format!("staged table lacks partition spec {spec_id}"))
             })?;
             let partition_type = spec.partition_type(md.current_schema())?;
             let json = serialize_data_file_to_json(file.clone(), &partition_type, format)?;
-            match groups.iter_mut().find(|g| g.spec_id == spec_id) {
+            match by_spec.iter_mut().find(|g| g.0 == spec_id) {
                 Some(g) => {
-                    g.files.push(json);
-                    g.written.push(file);
+                    g.1.push(json);
+                    g.2.push(file);
                 }
-                None => groups.push(FileGroup {
-                    spec_id,
-                    files: vec![json],
-                    written: vec![file],
-                }),
+                None => by_spec.push((spec_id, vec![json], vec![file])),
             }
         }
+        let groups = by_spec
+            .into_iter()
+            .map(|(spec_id, files, written)| FileGroup {
+                spec_id,
+                files,
+                written: written.into(),
+            })
+            .collect();
         let start = self.start();
         let ident = start.identifier();
         let pending = PendingCommit {
