@@ -42,12 +42,17 @@ use iceberg::table::Table;
 use crate::error::Result;
 
 /// `base` (its identifier and file IO) with other metadata, at `location`.
+///
+/// Without iceberg-rust's object cache (of manifests and lists, for repeated scans of one
+/// `Table`): a commit's table serves the next commit, where building and dropping the cache
+/// cost 4% of a job routing to 10,000 tables.
 pub fn table_like(
     base: &Table,
     metadata: impl Into<TableMetadataRef>,
     location: Option<&str>,
 ) -> Result<Table> {
     let mut builder = Table::builder()
+        .disable_cache()
         .metadata(metadata)
         .identifier(base.identifier().clone())
         .file_io(base.file_io().clone())

@@ -204,6 +204,8 @@ impl SqlCommitter {
                 }
                 Ok(Some(
                     Table::builder()
+                        // (As a commit's, see `table_like`.)
+                        .disable_cache()
                         .file_io(io.clone())
                         .metadata_location(at.to_string())
                         .identifier(TableIdent::new(namespace.clone(), name))
