@@ -364,6 +364,17 @@ impl<'a> Runner<'a> {
                 destination = Some(table.clone());
             }
         }
+        // The tables the job wrote before this run: maintained like those it commits to now
+        // (a bounded job whose last run only finishes what a killed one wrote still leaves
+        // them maintained).
+        let mut written_before: Vec<TableIdent> = record
+            .iter()
+            .flat_map(|r| &r.tables)
+            .filter_map(|p| p.ident().ok())
+            .collect();
+        if let Destination::Table(ident) = &target.destination {
+            written_before.push(ident.clone());
+        }
         let start = resume(&job.name, record.as_ref(), &identity, &marks)?;
         let restored = restore_state(
             job,
@@ -477,12 +488,14 @@ impl<'a> Runner<'a> {
             copies,
             maintainer: job.maintenance.clone().zip(target.committer.clone()).map(
                 |(policy, committer)| {
-                    Maintainer::new(
+                    let mut m = Maintainer::new(
                         policy,
                         target.catalog.clone(),
                         committer,
                         job.status.clone(),
-                    )
+                    );
+                    m.written_before(written_before);
+                    m
                 },
             ),
         })

@@ -79,6 +79,15 @@ impl Maintainer {
         }
     }
 
+    /// `tables` were written before this run (named by the checkpoint record it resumed
+    /// from): runs that look at every table (the last, and those expiring snapshots) look
+    /// at them too, though this run may commit nothing more to them.
+    pub(super) fn written_before(&mut self, tables: impl IntoIterator<Item = TableIdent>) {
+        for ident in tables {
+            self.files.entry(ident).or_insert(0);
+        }
+    }
+
     /// A checkpoint's commits are done: note the tables' files, take a finished run's
     /// report, and start a run when one is due.
     pub(super) async fn committed(&mut self, tables: &HashMap<TableIdent, Table>) -> Result<()> {
