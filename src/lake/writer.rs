@@ -490,9 +490,8 @@ mod tests {
             StringArray, TimestampMicrosecondArray,
         };
         use iceberg::spec::{
-            FormatVersion, NestedField, PartitionSpec, PrimitiveType, Schema, SortOrder,
-            TableMetadataBuilder, Transform, Type, deserialize_data_file_from_json,
-            serialize_data_file_to_json,
+            FormatVersion, NestedField, PartitionSpec, PrimitiveType, Schema, Transform, Type,
+            deserialize_data_file_from_json, serialize_data_file_to_json,
         };
         let p = |t| Type::Primitive(t);
         let schema = Schema::builder()
@@ -529,29 +528,17 @@ mod tests {
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
         for format in [FormatVersion::V2, FormatVersion::V3] {
-            let md = TableMetadataBuilder::new(
-                schema.clone(),
-                spec.clone().into_unbound(),
-                SortOrder::unsorted_order(),
-                format!("{}/t{format}", dir.path().display()),
-                format,
-                HashMap::new(),
-            )
-            .unwrap()
-            .build()
-            .unwrap()
-            .metadata;
             let io = iceberg::io::FileIOBuilder::new(Arc::new(
                 crate::lake::storage::LocalStorageFactory,
             ))
             .build();
-            let table = Table::builder()
-                .metadata(md)
-                .identifier(iceberg::TableIdent::from_strs(["ns", "t"]).unwrap())
-                .file_io(io)
-                .runtime(iceberg::Runtime::try_current().unwrap())
-                .build()
-                .unwrap();
+            let table = crate::lake::commit::new_table(
+                schema.clone(),
+                spec.clone().into_unbound(),
+                format!("{}/t{format}", dir.path().display()),
+                format,
+                io,
+            );
             let mut writer = TableWriter::try_new(&table).unwrap();
             let rows = 6;
             let batch = RecordBatch::try_new(

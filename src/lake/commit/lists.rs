@@ -342,7 +342,7 @@ mod tests {
     use iceberg::io::FileIO;
     use iceberg::spec::{
         DataFileFormat, FieldSummary, ManifestListWriter, NestedField, PartitionSpec,
-        PrimitiveType, Schema, SortOrder, TableMetadataBuilder, Type,
+        PrimitiveType, Schema, Type,
     };
 
     fn manifest(n: u32, content: ManifestContentType, seq: i64, snapshot: i64) -> ManifestFile {
@@ -378,25 +378,13 @@ mod tests {
             ])
             .build()
             .unwrap();
-        let md = TableMetadataBuilder::new(
+        super::super::new_table(
             schema,
-            PartitionSpec::unpartition_spec(),
-            SortOrder::unsorted_order(),
+            PartitionSpec::unpartition_spec().into_unbound(),
             "memory:///t".to_string(),
             format,
-            HashMap::new(),
+            FileIO::new_with_memory(),
         )
-        .unwrap()
-        .build()
-        .unwrap()
-        .metadata;
-        Table::builder()
-            .metadata(md)
-            .identifier(iceberg::TableIdent::from_strs(["ns", "t"]).unwrap())
-            .file_io(FileIO::new_with_memory())
-            .runtime(iceberg::Runtime::try_current().unwrap())
-            .build()
-            .unwrap()
     }
 
     /// What floe keeps for a list equals what a reader gets back from the file, for lists

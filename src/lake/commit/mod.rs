@@ -63,6 +63,37 @@ pub fn table_like(
     Ok(builder.build()?)
 }
 
+/// A new table `ns.t` of `schema` and `spec` at `location`, read and written through `io`:
+/// what the commit and writer tests start from.
+#[cfg(test)]
+pub fn new_table(
+    schema: iceberg::spec::Schema,
+    spec: iceberg::spec::UnboundPartitionSpec,
+    location: String,
+    format: iceberg::spec::FormatVersion,
+    io: iceberg::io::FileIO,
+) -> Table {
+    let metadata = iceberg::spec::TableMetadataBuilder::new(
+        schema,
+        spec,
+        iceberg::spec::SortOrder::unsorted_order(),
+        location,
+        format,
+        std::collections::HashMap::new(),
+    )
+    .unwrap()
+    .build()
+    .unwrap()
+    .metadata;
+    Table::builder()
+        .metadata(metadata)
+        .identifier(iceberg::TableIdent::from_strs(["ns", "t"]).unwrap())
+        .file_io(io)
+        .runtime(iceberg::Runtime::try_current().unwrap())
+        .build()
+        .unwrap()
+}
+
 /// Write `metadata` as the next version of `base`'s metadata file and return its location;
 /// nothing is visible until a committer makes that location the table's (after
 /// [`crate::lake::storage::sync_written`]: like the commit's manifests, the file is not synced
