@@ -1,6 +1,7 @@
 //! A table dropped (or dropped and created again) under a running job loses none of the
 //! job's rows: a routed table (and the dead-letter table) is created again with the rows in
-//! flight; a job's single target table created again starts the job afresh into it.
+//! flight; a job's single target table created again starts the job afresh into it; a
+//! routed table another writer creates before the job's first commit takes the rows.
 
 mod common;
 
@@ -118,4 +119,39 @@ async fn a_target_table_created_again_under_the_job_starts_it_afresh() {
         "100/100",
     )
     .await;
+}
+
+/// A routed table on a SQL catalog is created by its first commit: a table of its name that
+/// another writer creates first (with a column of its own) takes the job's rows, merged by
+/// column name, none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_another_writer_creates_before_the_first_commit_takes_the_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    let session = session(dir.path()).await;
+    write_orders(&input, "1.json", "x", 1..=30);
+    session
+        .sql(
+            "SET 'checkpoint.interval' = '5s';
+             INSERT INTO lake.r SELECT id, route FROM src ROUTE BY route",
+        )
+        .await
+        .unwrap();
+    wait_for(&session, "SELECT records_in FROM floe.jobs", "30").await;
+    // Read, not committed: the job's table is not in the catalog yet.
+    let unmade = session.sql("SELECT count(*) FROM lake.r.x").await;
+    assert!(unmade.is_err(), "lake.r.x exists before its first commit");
+    session
+        .sql("CREATE TABLE lake.r.x (note STRING, id BIGINT)")
+        .await
+        .unwrap();
+    wait_for(
+        &session,
+        "SELECT count(*) || '/' || count(DISTINCT id) || '/' || count(route) || '/' || \
+         count(note) FROM lake.r.x",
+        "30/30/30/0",
+    )
+    .await;
+    let state = first_column(&session, "SELECT state FROM floe.jobs").await;
+    assert_eq!(state, ["running"]);
 }

@@ -309,7 +309,10 @@ async fn commit_files(
     // floe's own commit path (format v2 and later) starts from the table as the job last saw
     // it; iceberg-rust's append loads the table twice more (a catalog read and a metadata
     // file each).
-    let own = committer.filter(|_| evolves || md.format_version() != FormatVersion::V1);
+    // A table not created yet (see `SqlCommitter::new_tables`) is created by its commit there.
+    let own = committer.filter(|_| {
+        evolves || md.format_version() != FormatVersion::V1 || table.metadata_location().is_none()
+    });
     let Some(committer) = own else {
         if !evolves && single_default_spec {
             let files = change.files.pop().map(|(_, f)| f).unwrap_or_default();
@@ -533,9 +536,13 @@ async fn try_commit(
     // iceberg-rust's append (format v1, catalogs without floe's committer) commits onto the
     // table as it loads it then, not as it was asked here: for that path, ask the table as it
     // is now.
+    // A table not created yet is created by floe's commit path, whatever its format.
     let evolving = pending.schema.is_some() || pending.spec.is_some();
     let known = known.filter(|t| {
-        committer.is_some() && (evolving || t.metadata().format_version() != FormatVersion::V1)
+        committer.is_some()
+            && (evolving
+                || t.metadata().format_version() != FormatVersion::V1
+                || t.metadata_location().is_none())
     });
     let table = match known {
         Some(t) => t,

@@ -754,6 +754,10 @@ impl TableSink {
     ) -> Result<Vec<(RecordBatch, Reject)>> {
         self.base = match committed {
             Some(t) => t.clone(),
+            // A table its first commit creates (see `SqlCommitter::new_tables`), not made
+            // yet: there is nothing to load (another writer's table of its name is found by
+            // that commit, and merged with).
+            None if self.base.metadata_location().is_none() => self.base.clone(),
             None => self.catalog.load_table(self.base.identifier()).await?,
         };
         self.loaded = Instant::now();

@@ -94,13 +94,16 @@ pub fn new_table(
         .unwrap()
 }
 
-/// Write `metadata` as the next version of `base`'s metadata file and return its location;
-/// nothing is visible until a committer makes that location the table's (after
+/// Write `metadata` as the next version of `base`'s metadata file (the first, for a table
+/// not created yet: see [`SqlCommitter::new_tables`]) and return its location; nothing is
+/// visible until a committer makes that location the table's (after
 /// [`crate::lake::storage::sync_written`]: like the commit's manifests, the file is not synced
 /// on its own).
 pub async fn write_next_metadata(base: &Table, metadata: &TableMetadata) -> Result<String> {
-    let base_location = base.metadata_location_result()?;
-    let location = MetadataLocation::from_str(base_location)?.with_next_version();
+    let location = match base.metadata_location() {
+        Some(base_location) => MetadataLocation::from_str(base_location)?.with_next_version(),
+        None => MetadataLocation::new_with_metadata(metadata.location(), metadata),
+    };
     if crate::failpoint::fires(crate::failpoint::IN_METADATA_WRITE) {
         let json = serde_json::to_vec(metadata)
             .map_err(|e| crate::error::Error::Internal(format!("encoding table metadata: {e}")))?;

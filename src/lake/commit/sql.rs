@@ -16,16 +16,23 @@
 //! database transaction, one sync of the database for all. Each table's compare-and-set
 //! still succeeds or conflicts on its own.
 //!
-//! Tables created together (a routed job's new tables) are made the same way: their first
-//! metadata files written, synced at once, and their rows inserted in one transaction
-//! ([`SqlCommitter::create_tables`]).
+//! A routed job's new tables are created by their first commit ([`SqlCommitter::new_tables`]):
+//! until then they are metadata in memory, with no file and no row; their first commit
+//! writes one metadata file (the table and its first snapshot) and inserts the row, in the
+//! same transaction as the other tables' compare-and-sets:
+//!
+//! ```text
+//! INSERT INTO iceberg_tables ... WHERE NOT EXISTS (the table's row)
+//!   (0 rows: another writer created it first -> a retryable conflict: the commit is tried
+//!    again on that table, its schema merged with ours)
+//! ```
 
 use std::sync::Mutex;
 
 use iceberg::io::FileIO;
 use iceberg::spec::{TableMetadata, TableMetadataBuilder};
 use iceberg::table::Table;
-use iceberg::{Catalog, MetadataLocation, NamespaceIdent, TableCreation, TableIdent};
+use iceberg::{Catalog, NamespaceIdent, TableCreation, TableIdent};
 use sqlx::AnyPool;
 use tokio::sync::oneshot;
 
@@ -46,12 +53,14 @@ pub struct SqlCommitter {
     home: Option<(String, FileIO)>,
 }
 
-/// One table's compare-and-set, and where its outcome goes (whether the row changed).
+/// One table's compare-and-set (or insert, for a table its commit creates), and where its
+/// outcome goes (whether the row changed).
 #[derive(Debug)]
 struct Request {
     namespace: String,
     name: String,
-    base_location: String,
+    /// `None`: the commit creates the table.
+    base_location: Option<String>,
     location: String,
     done: oneshot::Sender<Result<bool>>,
 }
@@ -75,7 +84,7 @@ impl SqlCommitter {
         })
     }
 
-    /// The same committer, creating tables (see [`Self::create_tables`]) under `warehouse`
+    /// The same committer, making new tables (see [`Self::new_tables`]) under `warehouse`
     /// (for namespaces without a location of their own) through `io`, as the catalog does.
     pub fn with_warehouse(mut self, warehouse: &str, io: FileIO) -> Self {
         self.home = Some((warehouse.trim_end_matches('/').to_string(), io));
@@ -115,104 +124,51 @@ impl SqlCommitter {
         Ok(found)
     }
 
-    /// Create the tables `creations` describe in `namespace` (of `catalog`, whose database
-    /// this is) together: each one's first metadata file written, all synced at once, and
-    /// their rows inserted in one transaction. Each is the table created, or `None` when a
-    /// table of its name exists already (another writer created it meanwhile). `None` for all
-    /// when this committer does not know where tables go: create them one by one.
-    pub async fn create_tables(
+    /// The tables `creations` describe in `namespace` (of `catalog`, whose database this is),
+    /// not created yet: each one's metadata, in memory, where the catalog would put it. A
+    /// table is created by its first commit ([`Self::commit`] of a table with no metadata
+    /// location), which fails as a retryable conflict when another writer created a table of
+    /// its name first. `None` when this committer does not know where tables go: create them
+    /// through the catalog.
+    pub async fn new_tables(
         &self,
         catalog: &dyn Catalog,
         namespace: &NamespaceIdent,
         creations: Vec<TableCreation>,
-    ) -> Result<Option<Vec<Option<Table>>>> {
+    ) -> Result<Option<Vec<Table>>> {
         let Some((warehouse, io)) = &self.home else {
             return Ok(None);
         };
-        let ns = namespace.join(".");
         // Where the namespace keeps its tables, as the catalog decides it.
         let props = catalog.get_namespace(namespace).await?.properties().clone();
         let home = props
             .get("location")
             .map(|l| l.trim_end_matches('/').to_string())
             .unwrap_or_else(|| format!("{warehouse}/{}", namespace.join("/")));
-        let mut made = Vec::with_capacity(creations.len());
-        for creation in creations {
-            let name = creation.name.clone();
-            let location = creation
-                .location
-                .clone()
-                .unwrap_or_else(|| format!("{home}/{name}"));
-            let creation = TableCreation {
-                location: Some(location.clone()),
-                ..creation
-            };
-            let metadata = TableMetadataBuilder::from_table_creation(creation)?
-                .build()?
-                .metadata;
-            let at = MetadataLocation::new_with_metadata(location.clone(), &metadata);
-            made.push((name, location, metadata, at));
-        }
-        // The first metadata files, several at once (each on the blocking pool).
-        let writes = made.iter().map(|(_, location, metadata, at)| async move {
-            let io = crate::lake::storage::deferring(io, location);
-            metadata.write_to(&io, at).await
-        });
-        for done in futures::future::join_all(writes).await {
-            done?;
-        }
-        crate::lake::storage::sync_written().await?;
-        let p = |i: usize| self.param(i);
-        let sql = format!(
-            "INSERT INTO iceberg_tables (catalog_name, table_namespace, table_name, \
-             metadata_location, iceberg_type) SELECT {}, {}, {}, {}, 'TABLE' \
-             WHERE NOT EXISTS (SELECT 1 FROM iceberg_tables WHERE catalog_name = {} \
-             AND table_namespace = {} AND table_name = {})",
-            p(1),
-            p(2),
-            p(3),
-            p(4),
-            p(5),
-            p(6),
-            p(7)
-        );
-        let failed =
-            |e| Error::catalog_database(format!("creating {} tables in {ns}", made.len()), e);
-        let mut tx = self.pool.begin().await.map_err(failed)?;
-        let mut inserted = Vec::with_capacity(made.len());
-        for (name, _, _, at) in &made {
-            let done = sqlx::query(&sql)
-                .bind(self.catalog_name.clone())
-                .bind(ns.clone())
-                .bind(name.clone())
-                .bind(at.to_string())
-                .bind(self.catalog_name.clone())
-                .bind(ns.clone())
-                .bind(name.clone())
-                .execute(&mut *tx)
-                .await
-                .map_err(failed)?;
-            inserted.push(done.rows_affected() > 0);
-        }
-        tx.commit().await.map_err(failed)?;
         let runtime = iceberg::Runtime::try_current()?;
-        made.into_iter()
-            .zip(inserted)
-            .map(|((name, _, metadata, at), inserted)| {
-                if !inserted {
-                    return Ok(None);
-                }
-                Ok(Some(
-                    Table::builder()
-                        // (As a commit's, see `table_like`.)
-                        .disable_cache()
-                        .file_io(io.clone())
-                        .metadata_location(at.to_string())
-                        .identifier(TableIdent::new(namespace.clone(), name))
-                        .metadata(metadata)
-                        .runtime(runtime.clone())
-                        .build()?,
-                ))
+        creations
+            .into_iter()
+            .map(|creation| {
+                let name = creation.name.clone();
+                let location = creation
+                    .location
+                    .clone()
+                    .unwrap_or_else(|| format!("{home}/{name}"));
+                let creation = TableCreation {
+                    location: Some(location),
+                    ..creation
+                };
+                let metadata = TableMetadataBuilder::from_table_creation(creation)?
+                    .build()?
+                    .metadata;
+                Ok(Table::builder()
+                    // (As a commit's, see `table_like`.)
+                    .disable_cache()
+                    .file_io(io.clone())
+                    .identifier(TableIdent::new(namespace.clone(), name))
+                    .metadata(metadata)
+                    .runtime(runtime.clone())
+                    .build()?)
             })
             .collect::<Result<Vec<_>>>()
             .map(Some)
@@ -228,9 +184,11 @@ impl SqlCommitter {
     }
 
     /// Write `metadata` as the next version of `base` and make it current, unless `base`
-    /// is no longer current (a retryable conflict).
+    /// is no longer current (a retryable conflict). A `base` not created yet (see
+    /// [`Self::new_tables`]) is created, unless another writer created a table of its name
+    /// first (a retryable conflict).
     pub async fn commit(&self, base: &Table, metadata: TableMetadata) -> Result<Table> {
-        let base_location = base.metadata_location_result()?.to_string();
+        let base_location = base.metadata_location().map(str::to_string);
         let location = super::write_next_metadata(base, &metadata).await?;
         let ident = base.identifier();
         let (done, outcome) = oneshot::channel();
@@ -259,9 +217,13 @@ impl SqlCommitter {
             }
         }?;
         if !changed {
+            let what = match base.metadata_location() {
+                Some(_) => "changed while floe was committing to it",
+                None => "was created by another writer while floe was creating it",
+            };
             return Err(iceberg::Error::new(
                 iceberg::ErrorKind::CatalogCommitConflicts,
-                format!("table {ident} changed while floe was committing to it"),
+                format!("table {ident} {what}"),
             )
             .with_retryable(true)
             .into());
@@ -304,10 +266,11 @@ impl SqlCommitter {
         }
     }
 
-    /// The compare-and-set of each request, in one transaction: whether each row changed.
+    /// The compare-and-set (or insert) of each request, in one transaction: whether each row
+    /// changed.
     async fn compare_and_set(&self, requests: &[Request]) -> Result<Vec<bool>> {
         let p = |i: usize| self.param(i);
-        let sql = format!(
+        let update = format!(
             "UPDATE iceberg_tables SET metadata_location = {}, previous_metadata_location = {} \
              WHERE catalog_name = {} AND table_namespace = {} AND table_name = {} \
              AND metadata_location = {}",
@@ -318,6 +281,19 @@ impl SqlCommitter {
             p(5),
             p(6)
         );
+        let insert = format!(
+            "INSERT INTO iceberg_tables (catalog_name, table_namespace, table_name, \
+             metadata_location, iceberg_type) SELECT {}, {}, {}, {}, 'TABLE' \
+             WHERE NOT EXISTS (SELECT 1 FROM iceberg_tables WHERE catalog_name = {} \
+             AND table_namespace = {} AND table_name = {})",
+            p(1),
+            p(2),
+            p(3),
+            p(4),
+            p(5),
+            p(6),
+            p(7)
+        );
         let what = || match requests {
             [one] => format!("committing {}.{}", one.namespace, one.name),
             _ => format!("committing {} tables", requests.len()),
@@ -326,16 +302,24 @@ impl SqlCommitter {
         let mut tx = self.pool.begin().await.map_err(failed)?;
         let mut changed = Vec::with_capacity(requests.len());
         for r in requests {
-            let done = sqlx::query(&sql)
-                .bind(r.location.clone())
-                .bind(r.base_location.clone())
-                .bind(self.catalog_name.clone())
-                .bind(r.namespace.clone())
-                .bind(r.name.clone())
-                .bind(r.base_location.clone())
-                .execute(&mut *tx)
-                .await
-                .map_err(failed)?;
+            let query = match &r.base_location {
+                Some(base) => sqlx::query(&update)
+                    .bind(r.location.clone())
+                    .bind(base.clone())
+                    .bind(self.catalog_name.clone())
+                    .bind(r.namespace.clone())
+                    .bind(r.name.clone())
+                    .bind(base.clone()),
+                None => sqlx::query(&insert)
+                    .bind(self.catalog_name.clone())
+                    .bind(r.namespace.clone())
+                    .bind(r.name.clone())
+                    .bind(r.location.clone())
+                    .bind(self.catalog_name.clone())
+                    .bind(r.namespace.clone())
+                    .bind(r.name.clone()),
+            };
+            let done = query.execute(&mut *tx).await.map_err(failed)?;
             changed.push(done.rows_affected() > 0);
         }
         tx.commit().await.map_err(failed)?;
@@ -355,7 +339,7 @@ mod tests {
             .map(|(name, base)| Request {
                 namespace: "ns".into(),
                 name: name.to_string(),
-                base_location: base.to_string(),
+                base_location: Some(base.to_string()),
                 location: format!("{base}+1"),
                 done: oneshot::channel().0,
             })
@@ -363,7 +347,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn tables_created_together_skip_those_another_writer_made() {
+    async fn new_tables_are_created_by_their_first_commit_unless_another_writer_was_first() {
         use iceberg::CatalogBuilder;
         use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
         use iceberg_catalog_sql::{SqlBindStyle, SqlCatalogBuilder};
@@ -414,32 +398,42 @@ mod tests {
         let existing = committer.existing(&ns, &names).await.unwrap();
         assert_eq!(existing, ["b".to_string()].into());
         let made = committer
-            .create_tables(&catalog, &ns, names.iter().map(|n| creation(n)).collect())
+            .new_tables(&catalog, &ns, ["a", "c"].map(creation).into())
             .await
             .unwrap()
-            .expect("a committer that knows the warehouse creates");
-        let made: Vec<Option<String>> = made
-            .iter()
-            .map(|t| t.as_ref().map(|t| t.metadata().location().to_string()))
-            .collect();
+            .expect("a committer that knows the warehouse makes new tables");
+        let locations: Vec<&str> = made.iter().map(|t| t.metadata().location()).collect();
         assert_eq!(
-            made,
-            [
-                Some(format!("{warehouse}/ns/a")),
-                None,
-                Some(format!("{warehouse}/ns/c"))
-            ]
+            locations,
+            [format!("{warehouse}/ns/a"), format!("{warehouse}/ns/c")]
         );
-        // The catalog loads what was created: its metadata file was written where it names.
-        for name in ["a", "c"] {
-            let t = catalog
-                .load_table(&TableIdent::new(ns.clone(), name.into()))
-                .await
-                .unwrap();
-            assert!(t.metadata().current_schema().field_by_name("id").is_some());
-        }
-        let tables = catalog.list_tables(&ns).await.unwrap();
-        assert_eq!(tables.len(), 3);
+        // Made, not created: no row, no file.
+        assert_eq!(catalog.list_tables(&ns).await.unwrap().len(), 1);
+        assert!(!std::path::Path::new(&format!("{warehouse}/ns/a")).exists());
+        // Another writer creates `c` meanwhile: `a`'s first commit creates it, `c`'s
+        // conflicts (retryable) and leaves the other writer's table as it was.
+        let theirs = catalog.create_table(&ns, creation("c")).await.unwrap();
+        let (a, c) = (&made[0], &made[1]);
+        let created = committer.commit(a, a.metadata().clone()).await.unwrap();
+        let loaded = catalog.load_table(a.identifier()).await.unwrap();
+        assert_eq!(loaded.metadata_location(), created.metadata_location());
+        assert_eq!(loaded.metadata().uuid(), a.metadata().uuid());
+        assert!(
+            loaded
+                .metadata()
+                .current_schema()
+                .field_by_name("id")
+                .is_some()
+        );
+        let lost = committer.commit(c, c.metadata().clone()).await.unwrap_err();
+        assert!(lost.is_retryable(), "{lost}");
+        assert!(
+            lost.to_string().contains("created by another writer"),
+            "{lost}"
+        );
+        let loaded = catalog.load_table(c.identifier()).await.unwrap();
+        assert_eq!(loaded.metadata_location(), theirs.metadata_location());
+        assert_eq!(catalog.list_tables(&ns).await.unwrap().len(), 3);
     }
 
     #[tokio::test]

@@ -45,8 +45,8 @@ pub const ROUTE_COLUMN: &str = "__floe_route";
 pub struct RoutedSink {
     catalog_name: String,
     catalog: Arc<dyn Catalog>,
-    /// floe's commit path to the catalog, when it has one (new tables are created together
-    /// through it, see [`Opener::open_all`]).
+    /// floe's commit path to the catalog, when it has one (a SQL catalog's new tables are
+    /// created by their first commit through it, see [`Opener::open_all`]).
     committer: Option<Arc<Committer>>,
     namespace: NamespaceIdent,
     options: RouteOptions,
@@ -114,8 +114,8 @@ impl RoutedSink {
         }
     }
 
-    /// The same sink, creating new tables through `committer` (a SQL catalog creates the
-    /// tables one routed batch names together, in one transaction).
+    /// The same sink, creating new tables through `committer` (a SQL catalog's by their
+    /// first commit, with the checkpoint's other commits, in one transaction).
     pub fn with_committer(mut self, committer: Option<Arc<Committer>>) -> Self {
         self.committer = committer;
         self

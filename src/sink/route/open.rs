@@ -25,7 +25,8 @@ pub(super) const PARALLEL_OPENS: usize = 8;
 pub(super) struct Opener {
     pub(super) catalog_name: String,
     pub(super) catalog: Arc<dyn Catalog>,
-    /// floe's commit path to the catalog: a SQL catalog's creates new tables together.
+    /// floe's commit path to the catalog: a SQL catalog's new tables are created by their
+    /// first commit.
     pub(super) committer: Option<Arc<Committer>>,
     pub(super) namespace: NamespaceIdent,
     pub(super) options: RouteOptions,
@@ -46,18 +47,19 @@ pub(super) struct Made {
 const MADE_KEPT: usize = 8;
 
 impl Opener {
-    /// The tables `new` names, each with its first rows: loaded, or created from the rows'
-    /// columns. A SQL catalog's new tables are created together (one transaction, see
-    /// [`crate::lake::commit::SqlCommitter::create_tables`]); others, and tables that exist,
-    /// are opened [`PARALLEL_OPENS`] at a time. A table its rows cannot create is an
-    /// `Error::Record` in its place; other errors stop them all.
+    /// The tables `new` names, each with its first rows: loaded, or made from the rows'
+    /// columns. A SQL catalog's new tables are made in memory, created by their first commit
+    /// (see [`crate::lake::commit::SqlCommitter::new_tables`]: one metadata file and one row
+    /// each, in the checkpoint's transaction); others, and tables that exist, are opened
+    /// [`PARALLEL_OPENS`] at a time. A table its rows cannot create is an `Error::Record` in
+    /// its place; other errors stop them all.
     pub(super) async fn open_all(
         &self,
         new: &[(String, &RecordBatch)],
     ) -> Result<Vec<Result<TableSink>>> {
         let mut opened: Vec<Option<Result<TableSink>>> = new.iter().map(|_| None).collect();
         if let Some(Committer::Sql(sql)) = self.committer.as_deref()
-            && new.len() > 1
+            && !new.is_empty()
         {
             let names: Vec<String> = new.iter().map(|(name, _)| name.clone()).collect();
             let existing = sql.existing(&self.namespace, &names).await?;
@@ -76,12 +78,11 @@ impl Opener {
             }
             if !creations.is_empty()
                 && let Some(tables) = sql
-                    .create_tables(self.catalog.as_ref(), &self.namespace, creations)
+                    .new_tables(self.catalog.as_ref(), &self.namespace, creations)
                     .await?
             {
                 for (i, table) in creating.into_iter().zip(tables) {
-                    // (`None`: another writer created it meanwhile; loaded below.)
-                    opened[i] = table.map(|t| Ok(self.sink(t)));
+                    opened[i] = Some(Ok(self.sink(table)));
                 }
             }
         }
