@@ -280,8 +280,9 @@ impl RoutedSink {
         }
         // Tables seen for the first time are opened (or created) several at a time.
         let mut new: Vec<(String, &RecordBatch)> = Vec::new();
+        let mut seen: std::collections::HashSet<&str> = Default::default();
         for (name, rows, _) in &slices {
-            if self.tables.contains_key(name) || new.iter().any(|(n, _)| n == name) {
+            if self.tables.contains_key(name) || !seen.insert(name) {
                 continue;
             }
             if self.written_tables.contains(name)
