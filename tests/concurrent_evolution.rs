@@ -478,8 +478,20 @@ async fn two_jobs_typing_one_new_field_differently_both_finish_and_lose_nothing(
         2 * N as u64,
         "{rows} rows, {dead} dead letters"
     );
-    // The second job's text fits no number column: its rows are the dead letters.
-    assert!(dead > 0, "the two types met");
+    // The two types met: the type committed first is kept, and the other job's values are
+    // converted where that loses nothing (a number as text), dead letters otherwise (text in
+    // a number column). Which job commits a column first is a race (a new table is created
+    // by its first commit): no dead letter means text typed every column.
+    if dead == 0 {
+        for k in 0..N / 500 {
+            let sql = format!("SELECT arrow_typeof(f{k}) FROM lake.typed.both LIMIT 1");
+            let typed = first_column(&session, &sql).await;
+            assert!(
+                !typed[0].starts_with("Int"),
+                "f{k} is {typed:?} and no row of the job that wrote text is a dead letter"
+            );
+        }
+    }
     let distinct = first_column(
         &session,
         "SELECT count(*) FROM (SELECT DISTINCT job, seq FROM lake.typed.both)",
