@@ -2,16 +2,17 @@
 //! writer's change merged in, `schema::merge`, or the table created again): read back,
 //! columns matched by name, written again with the table's field ids. Rows whose values the
 //! table's types cannot take without loss (a column another writer made a string while this
-//! job made it a long) are not written but returned, each with why.
+//! job made it a long) are not written but returned, each with why: the rule new rows meet
+//! (`schema::evolve`), so a row's fate does not depend on which writer committed first.
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use iceberg::spec::DataFile;
+use iceberg::spec::{DataFile, Schema};
 use iceberg::table::Table;
 
 use crate::error::{Error, Reject, Result};
 use crate::lake::TableWriter;
-use crate::schema::conform;
+use crate::schema::{conform, evolve};
 
 /// What a rewrite made: the new files, and the rows it could not write.
 #[derive(Debug, Default)]
@@ -37,7 +38,7 @@ pub async fn rewrite_files(staged: &Table, paths: &[String]) -> Result<Rewritten
             // Halve a batch that does not conform until the rows that do not are found.
             let mut parts = vec![batch];
             while let Some(part) = parts.pop() {
-                match conform(schema, &part) {
+                match fit(schema, &part) {
                     Ok(rows) => writer.write(rows).await?,
                     Err(Error::Record(reject)) if part.num_rows() == 1 => {
                         rejected.push((part, reject));
@@ -56,4 +57,12 @@ pub async fn rewrite_files(staged: &Table, paths: &[String]) -> Result<Rewritten
         files: writer.close().await?,
         rejected,
     })
+}
+
+/// `batch` in `schema`'s columns, where its values fit them as a new row's must: a value
+/// only a conversion would fit (a number into a text column) is the row's fault.
+fn fit(schema: &Schema, batch: &RecordBatch) -> Result<RecordBatch> {
+    let columns = batch.columns();
+    evolve(schema, schema.highest_field_id(), &batch.schema(), columns).map_err(Error::Record)?;
+    conform(schema, batch)
 }

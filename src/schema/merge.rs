@@ -6,8 +6,8 @@
 //! wider types); the others get fresh ids after the table's last one. When that changes an
 //! id its data files were written with, the files are rewritten against the merged schema
 //! (`checkpoint::rewrite`) before the commit; the old ones are deleted after it. A column
-//! both gave types that do not merge keeps theirs: our rows are written again converted
-//! where that loses nothing, and the others are dead letters ([`Merged::conflicts`]).
+//! both gave types that do not merge keeps theirs: our rows whose values its type takes as a
+//! new row's would be are written again, the others are dead letters ([`Merged::conflicts`]).
 //!
 //! ```text
 //! base: {1 id}      theirs (committed): {1 id, 2 a}      ours (pending): {1 id, 2 b}
@@ -33,9 +33,9 @@ pub struct Merged {
     /// Our field id -> the merged schema's id, for every id that differs.
     pub remap: HashMap<i32, i32>,
     /// Columns both gave types that do not merge (another writer made `x` a string, we a
-    /// long): theirs, committed first, is kept; why, for each. Our values are converted where
-    /// that loses nothing (`schema::conform`), and the rows whose values are not are dead
-    /// letters with this reason.
+    /// long): theirs, committed first, is kept; why, for each. Our rows with values its type
+    /// does not take (as `schema::evolve` rules for new rows) are dead letters with this
+    /// reason.
     pub conflicts: Vec<String>,
 }
 
