@@ -10,7 +10,8 @@ use std::time::Duration;
 use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use floe::checkpoint::commit_once;
-use floe::sink::table_sink::TableSink;
+use floe::sink::table_sink::{Candidate, TableSink};
+use iceberg::spec::{Transform, UnboundPartitionSpec};
 use iceberg::{NamespaceIdent, TableIdent};
 
 use common::{first_column, lake_session, rows};
@@ -385,6 +386,70 @@ fn batch_of(
         vec![Arc::new(Int64Array::from(ids)), values],
     )
     .unwrap()
+}
+
+/// Another writer gives the table a partition spec of its own without changing its schema
+/// while this writer adds a column and partitions by it: both staged their spec as spec 1.
+/// The files this writer wrote are committed with the id its spec has on the table now, and
+/// keep their partition values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_another_writer_added_meanwhile_is_not_taken_for_ours() {
+    let lake = Lake::new().await;
+    let by_region = vec![Candidate {
+        column: "region".into(),
+        transform: Transform::Identity,
+        name: "region".into(),
+    }];
+    let catalog = &lake.handle.catalog;
+    let mut ours = TableSink::new("lake", catalog, lake.base.clone(), true, by_region);
+    ours.write(batch(&[("region", vec!["eu", "us"])], vec![2, 3]))
+        .await
+        .unwrap();
+    let pending = ours.close().await.unwrap().unwrap();
+    assert!(pending.schema.is_some() && pending.spec.is_some());
+
+    // The other writer: a row, and the table partitioned by bucket(4, id), schema unchanged
+    // (as an engine's `ALTER TABLE ... ADD PARTITION FIELD` with an append).
+    let mut theirs = lake.sink();
+    theirs.write(batch(&[], vec![1])).await.unwrap();
+    let mut change = theirs.close().await.unwrap().unwrap();
+    assert!(change.schema.is_none() && change.spec.is_none());
+    let bucket = UnboundPartitionSpec::builder()
+        .add_partition_field(1, "id_bucket", Transform::Bucket(4))
+        .unwrap()
+        .build();
+    change.spec = Some(serde_json::to_string(&bucket).unwrap());
+    assert!(lake.commit(&change, "theirs", 1).await.is_some());
+
+    lake.commit_twice(&pending, "ours", None, None).await;
+    assert_eq!(
+        rows(
+            &lake.session,
+            "SELECT spec_id, partition, record_count FROM lake.c.\"t$files\" ORDER BY spec_id"
+        )
+        .await,
+        "\
++---------+-----------------+--------------+
+| spec_id | partition       | record_count |
++---------+-----------------+--------------+
+| 0       | {}              | 1            |
+| 0       | {}              | 1            |
+| 2       | {\"region\":\"eu\"} | 1            |
+| 2       | {\"region\":\"us\"} | 1            |
++---------+-----------------+--------------+"
+    );
+    assert_eq!(
+        rows(&lake.session, "SELECT * FROM lake.c.t ORDER BY id").await,
+        "\
++----+--------+
+| id | region |
++----+--------+
+| 0  |        |
+| 1  |        |
+| 2  | eu     |
+| 3  | us     |
++----+--------+"
+    );
 }
 
 /// Two writers add the same column with types that do not merge: the second keeps the

@@ -610,6 +610,13 @@ async fn try_commit(
     };
     let stage = staged(&table, schema.clone(), spec.clone())?;
     let md = stage.metadata();
+    // The files written after our spec change name the id it had where they were written;
+    // on the table as it is now (another writer may have added a spec) it may have another.
+    let ours = pending.spec_id.filter(|_| spec.is_some());
+    let spec_id = |written: i32| match ours {
+        Some(id) if id == written => md.default_partition_spec_id(),
+        _ => written,
+    };
     let mut groups = Vec::new();
     let mut replaced = Vec::new();
     if rewrite {
@@ -643,14 +650,14 @@ async fn try_commit(
     let as_written =
         !rewrite && pending.base_schema_id == Some(table.metadata().current_schema_id());
     for group in pending.groups.iter().filter(|_| !rewrite) {
-        if as_written && group.written.len() == group.files.len() {
-            groups.push((group.spec_id, group.written.to_vec()));
+        let id = spec_id(group.spec_id);
+        if as_written && id == group.spec_id && group.written.len() == group.files.len() {
+            groups.push((id, group.written.to_vec()));
             continue;
         }
-        let spec_ref = md.partition_spec_by_id(group.spec_id).ok_or_else(|| {
+        let spec_ref = md.partition_spec_by_id(id).ok_or_else(|| {
             Error::Internal(format!(
-                "table {ident} has no partition spec {} for checkpoint {checkpoint}",
-                group.spec_id
+                "table {ident} has no partition spec {id} for checkpoint {checkpoint}"
             ))
         })?;
         let partition_type = spec_ref.partition_type(md.current_schema())?;
@@ -658,15 +665,10 @@ async fn try_commit(
             .files
             .iter()
             .map(|json| {
-                deserialize_data_file_from_json(
-                    json,
-                    group.spec_id,
-                    &partition_type,
-                    md.current_schema(),
-                )
+                deserialize_data_file_from_json(json, id, &partition_type, md.current_schema())
             })
             .collect::<iceberg::Result<Vec<_>>>()?;
-        groups.push((group.spec_id, files));
+        groups.push((id, files));
     }
     if groups.iter().all(|(_, files)| files.is_empty()) && pending.deleted_keys.is_empty() {
         // Every row was left out (dead letters, committed above): nothing to commit, and a

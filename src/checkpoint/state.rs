@@ -131,6 +131,10 @@ pub struct PendingCommit {
     /// changed since is not evolved over that change.
     #[serde(default)]
     pub base_schema_id: Option<i32>,
+    /// The id `spec` had on the table the files were written for (the files written after
+    /// the change name it): another writer's spec may have that id on the table by the commit.
+    #[serde(default)]
+    pub spec_id: Option<i32>,
     /// Rows in the files.
     pub rows: u64,
     /// The job creates this table on sight (routed tables, dead letters): when it is gone at

@@ -729,6 +729,8 @@ impl TableSink {
             schema: self.schema.as_ref().map(to_json).transpose()?,
             spec: self.spec.as_ref().map(to_json).transpose()?,
             base_schema_id: Some(start.metadata().current_schema_id()),
+            spec_id: (self.spec.as_ref())
+                .map(|_| self.staged.metadata().default_partition_spec_id()),
             rows: std::mem::take(&mut self.rows),
             recreate: self.recreate,
             upsert: !self.keys.is_empty(),
