@@ -390,14 +390,24 @@ fn writer_properties(
         .set_data_page_size_limit(number("write.parquet.page-size-bytes", 1 << 20)?)
         .set_data_page_row_count_limit(number("write.parquet.page-row-limit", 20_000)?)
         .set_dictionary_page_size_limit(number("write.parquet.dict-size-bytes", 2 << 20)?)
-        .set_max_row_group_bytes(Some(number(
-            "write.parquet.row-group-size-bytes",
-            128 << 20,
-        )?))
+        .set_max_row_group_bytes(Some(number(ROW_GROUP_SIZE, DEFAULT_ROW_GROUP_BYTES)?))
         .build())
 }
 
 const COMPRESSION_CODEC: &str = "write.parquet.compression-codec";
+const ROW_GROUP_SIZE: &str = "write.parquet.row-group-size-bytes";
+/// Iceberg's default `write.parquet.row-group-size-bytes`.
+const DEFAULT_ROW_GROUP_BYTES: usize = 128 << 20;
+
+/// The row-group size a table's writers aim at (`write.parquet.row-group-size-bytes`, else
+/// Iceberg's default, 128 MiB; a value that is not a positive number reads as the default).
+pub fn row_group_bytes(props: &HashMap<String, String>) -> u64 {
+    props
+        .get(ROW_GROUP_SIZE)
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(DEFAULT_ROW_GROUP_BYTES as u64)
+}
 const COMPRESSION_LEVEL: &str = "write.parquet.compression-level";
 
 /// A unique file-name prefix per writer, so that concurrent writers never collide.
