@@ -425,7 +425,7 @@ async fn a_spec_another_writer_added_meanwhile_is_not_taken_for_ours() {
     assert_eq!(
         rows(
             &lake.session,
-            "SELECT spec_id, partition, record_count FROM lake.c.\"t$files\" ORDER BY spec_id"
+            "SELECT spec_id, partition, record_count FROM lake.c.\"t$files\" ORDER BY spec_id, partition"
         )
         .await,
         "\
