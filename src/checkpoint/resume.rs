@@ -138,6 +138,38 @@ pub async fn marks_in(
     namespace: &NamespaceIdent,
     job: &str,
 ) -> Result<TableMarks> {
+    let mut marks = TableMarks::default();
+    each_table(catalog, namespace, |table| {
+        marks.add_table(table, job, true)
+    })
+    .await?;
+    Ok(marks)
+}
+
+/// The tables of `namespace` that carry a mark of `job` (the tables a routed job committed
+/// to, in this run or any before).
+pub async fn marked_in(
+    catalog: &Arc<dyn Catalog>,
+    namespace: &NamespaceIdent,
+    job: &str,
+) -> Result<Vec<TableIdent>> {
+    let mut marked = Vec::new();
+    each_table(catalog, namespace, |table| {
+        if Mark::read(table, job).is_some() {
+            marked.push(table.identifier().clone());
+        }
+    })
+    .await?;
+    Ok(marked)
+}
+
+/// Call `f` with every table of `namespace` (none when it is missing), loaded
+/// [`PARALLEL_LOADS`] at once and dropped after (a routed namespace may hold thousands).
+async fn each_table(
+    catalog: &Arc<dyn Catalog>,
+    namespace: &NamespaceIdent,
+    mut f: impl FnMut(&Table),
+) -> Result<()> {
     let tables = match catalog.list_tables(namespace).await {
         Ok(t) => t,
         Err(e) if e.kind() == iceberg::ErrorKind::NamespaceNotFound => Vec::new(),
@@ -146,13 +178,12 @@ pub async fn marks_in(
     let mut loads = futures::stream::iter(tables)
         .map(|ident| async move { load_if_there(catalog, &ident).await })
         .buffer_unordered(PARALLEL_LOADS);
-    let mut marks = TableMarks::default();
     while let Some(table) = loads.next().await {
         if let Some(table) = table? {
-            marks.add_table(&table, job, true);
+            f(&table);
         }
     }
-    Ok(marks)
+    Ok(())
 }
 
 /// Table `ident`, unless it (or its namespace) does not exist.

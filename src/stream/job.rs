@@ -495,6 +495,9 @@ impl<'a> Runner<'a> {
                         job.status.clone(),
                     );
                     m.written_before(written_before);
+                    if let Destination::Routed { namespace, .. } = &target.destination {
+                        m.routed_into(namespace.clone(), &job.name);
+                    }
                     m
                 },
             ),

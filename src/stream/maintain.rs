@@ -23,9 +23,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use iceberg::table::Table;
-use iceberg::{Catalog, TableIdent};
+use iceberg::{Catalog, NamespaceIdent, TableIdent};
 
 use super::status::{JobStatus, TableHealth, table_name};
+use crate::checkpoint::resume::marked_in;
 use crate::error::Result;
 use crate::lake::Committer;
 use crate::lake::maintenance::compact::{CompactOptions, rewrite_data_files};
@@ -54,6 +55,9 @@ pub(super) struct Maintainer {
     pace: Pace,
     /// Whether the next run is the last (not tiered: see `CompactOptions::tiered`).
     last: bool,
+    /// A routed job's namespace and name: its last run also looks at the tables there that
+    /// carry the job's mark (written in runs before the one its record names).
+    routed: Option<(NamespaceIdent, String)>,
 }
 
 impl Maintainer {
@@ -76,7 +80,13 @@ impl Maintainer {
             run: None,
             pace: Pace::new(cpu),
             last: false,
+            routed: None,
         }
+    }
+
+    /// The job routes into `namespace` as `job`: see [`Self::finish`].
+    pub(super) fn routed_into(&mut self, namespace: NamespaceIdent, job: &str) {
+        self.routed = Some((namespace, job.to_string()));
     }
 
     /// `tables` were written before this run (named by the checkpoint record it resumed
@@ -110,7 +120,8 @@ impl Maintainer {
     }
 
     /// The job's sources are exhausted and its last checkpoint committed: wait for the run
-    /// under way, then run once more over the tables that gained files since, so a bounded
+    /// under way, then run once more over every table the job wrote (a routed job's: every
+    /// table of its namespace that carries its mark, whichever run wrote it), so a bounded
     /// job leaves its tables maintained; both without resting (nothing else runs now).
     pub(super) async fn finish(&mut self) -> Result<()> {
         use futures::FutureExt;
@@ -121,6 +132,10 @@ impl Maintainer {
         if let Some(run) = self.run.take() {
             let report = crate::task::joined(run.map(|r| r.map(Ok)), "maintenance run").await?;
             self.report(report);
+        }
+        if let Some((namespace, job)) = &self.routed {
+            let marked = marked_in(&self.catalog, namespace, job).await?;
+            self.written_before(marked);
         }
         self.start();
         if let Some(run) = self.run.take() {
