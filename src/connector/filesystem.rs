@@ -18,7 +18,7 @@
 use std::collections::{BTreeSet, HashSet};
 use std::ops::Range;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -103,14 +103,80 @@ pub struct FilesystemReader {
     /// The files sorting at or before `done` when this reader first listed: read before.
     known: Option<HashSet<String>>,
     last_listing: Option<Instant>,
+    buffers: Buffers,
 }
 
 /// A poll's lines of a file: their bytes one after another, and each line's 1-based number
 /// and place in them.
-#[derive(Default)]
 struct Lines {
-    text: Vec<u8>,
+    text: Buffer,
     lines: Vec<(u64, Range<usize>)>,
+}
+
+/// Polls' buffers, taken again once nothing refers to them: a poll's rows keep their
+/// records' bytes (for dead letters) until they are written, on another thread, and a fresh
+/// buffer costs the system a page fault per 4 KiB it fills (the allocator gives freed
+/// memory back to the system within 100 ms, see `process::tune_allocator`): several
+/// percent of a job's time.
+#[derive(Default)]
+struct Buffers(Arc<Mutex<Vec<Vec<u8>>>>);
+
+/// Buffers kept for the polls to come, at most: more than a routed job holds at once (it
+/// gathers 262,144 rows, eight polls of 32,768, before it routes them). They are let go
+/// when the source has nothing to read ([`Buffers::release`]).
+const KEEP_BUFFERS: usize = 16;
+
+impl Buffers {
+    /// An empty buffer with room for `capacity` bytes.
+    fn take(&self, capacity: usize) -> Buffer {
+        let kept = self.0.lock().ok().and_then(|mut kept| kept.pop());
+        let bytes = kept
+            .filter(|b| b.capacity() >= capacity)
+            .unwrap_or_else(|| Vec::with_capacity(capacity));
+        Buffer {
+            bytes,
+            home: Arc::downgrade(&self.0),
+        }
+    }
+
+    /// Let the buffers kept go (the source is idle).
+    fn release(&self) {
+        if let Ok(mut kept) = self.0.lock() {
+            kept.clear();
+        }
+    }
+}
+
+/// A poll's buffer: back to its [`Buffers`] when dropped (if they still need one).
+struct Buffer {
+    bytes: Vec<u8>,
+    home: Weak<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl std::ops::Deref for Buffer {
+    type Target = Vec<u8>;
+    fn deref(&self) -> &Vec<u8> {
+        &self.bytes
+    }
+}
+
+impl std::ops::DerefMut for Buffer {
+    fn deref_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.bytes
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if let Some(home) = self.home.upgrade()
+            && let Ok(mut kept) = home.lock()
+            && kept.len() < KEEP_BUFFERS
+        {
+            let mut bytes = std::mem::take(&mut self.bytes);
+            bytes.clear();
+            kept.push(bytes);
+        }
+    }
 }
 
 /// The file being read.
@@ -138,6 +204,7 @@ impl FilesystemReader {
             current: None,
             known: None,
             last_listing: None,
+            buffers: Buffers::default(),
         }
     }
 
@@ -194,7 +261,12 @@ impl FilesystemReader {
     /// Read the next lines of the open file: at most `max_rows` records or [`POLL_BYTES`]
     /// bytes. Returns the first line's number (0-based) and the non-blank lines, each with
     /// its number; `true` when the file is at its end.
-    fn read_lines(file: &mut OpenFile, max_rows: usize, max_line: usize) -> Result<(Lines, bool)> {
+    fn read_lines(
+        file: &mut OpenFile,
+        buffers: &Buffers,
+        max_rows: usize,
+        max_line: usize,
+    ) -> Result<(Lines, bool)> {
         use std::io::{Seek, SeekFrom};
         if file.reader.is_none() {
             let mut f = std::fs::File::open(&file.path)
@@ -203,10 +275,10 @@ impl FilesystemReader {
                 .map_err(|e| Error::io(format!("seeking in {}", file.path), e))?;
             file.reader = Some(std::io::BufReader::with_capacity(1 << 20, f));
         }
-        // Room for a poll's bytes at once (pages not written are not taken): the buffer is
-        // not copied as it grows.
+        // Room for a poll's bytes at once, its last line included (pages not written are not
+        // taken): the buffer is not copied as it grows.
         let mut read = Lines {
-            text: Vec::with_capacity(POLL_BYTES),
+            text: buffers.take(POLL_BYTES + max_line + 1),
             lines: Vec::new(),
         };
         let Some(reader) = file.reader.as_mut() else {
@@ -323,6 +395,7 @@ impl SourceReader for FilesystemReader {
             }
             self.last_listing = Some(Instant::now());
             if !self.open_next()? {
+                self.buffers.release();
                 return Ok(if self.options.monitor_interval.is_some() {
                     Poll::Idle
                 } else {
@@ -334,7 +407,7 @@ impl SourceReader for FilesystemReader {
             return Ok(Poll::Idle);
         };
         let max_line = self.options.decoder.max_record_size();
-        let (lines, at_end) = Self::read_lines(&mut file, max_rows, max_line)?;
+        let (lines, at_end) = Self::read_lines(&mut file, &self.buffers, max_rows, max_line)?;
         let poll = self.decode(&file.path, lines).await?;
         if !at_end {
             self.current = Some(file);
@@ -481,6 +554,66 @@ mod tests {
             }
         }
         out
+    }
+
+    /// A poll's buffer is taken again by a later poll once its rows are gone (not while
+    /// they are kept), and let go when the source has nothing more to read.
+    #[tokio::test]
+    async fn poll_buffers_are_reused_once_their_rows_are_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let lines: String = (0..6).map(|i| format!("{{\"id\": {i}}}\n")).collect();
+        std::fs::write(dir.path().join("a.json"), &lines).unwrap();
+        let mut r = reader(dir.path(), "json", &[]);
+        let kept = |r: &FilesystemReader| r.buffers.0.lock().unwrap().len();
+        // The first poll's rows are held: the second poll needs a buffer of its own.
+        let first = r.poll(2).await.unwrap();
+        let second = r.poll(2).await.unwrap();
+        assert_eq!(kept(&r), 0);
+        drop(first);
+        drop(second);
+        assert_eq!(kept(&r), 2);
+        // The third poll takes one of them, and gives it back when dropped.
+        let third = r.poll(2).await.unwrap();
+        assert_eq!(kept(&r), 1);
+        let Poll::Records { batches, .. } = &third else {
+            panic!("records expected")
+        };
+        assert_eq!(
+            batches[0].column(0).as_primitive::<Int64Type>().values(),
+            &[4, 5]
+        );
+        drop(third);
+        assert_eq!(kept(&r), 2);
+        // Nothing more to read (the file's end is found by a poll of no rows): the buffers go.
+        while !matches!(r.poll(2).await.unwrap(), Poll::Finished) {}
+        assert_eq!(kept(&r), 0);
+    }
+
+    /// A poll stops at its byte budget without its buffer growing (and copying what it
+    /// holds): the buffer has room for the budget and one more line of the largest size.
+    #[test]
+    fn a_poll_of_long_lines_fits_its_buffer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.json");
+        // Lines of a little more than 1 MiB: the sixteenth passes the budget (16 MiB).
+        let line = format!("{{\"name\": \"{}\"}}\n", "x".repeat(1 << 20));
+        std::fs::write(&path, line.repeat(20)).unwrap();
+        let mut file = OpenFile {
+            path: path.display().to_string(),
+            line: 0,
+            byte: 0,
+            reader: None,
+            skip_records: 0,
+            late: false,
+        };
+        let buffers = Buffers::default();
+        let max_line = 2 << 20;
+        let (read, at_end) =
+            FilesystemReader::read_lines(&mut file, &buffers, 100, max_line).unwrap();
+        assert!(!at_end);
+        assert_eq!(read.lines.len(), 16);
+        assert!(read.text.len() > POLL_BYTES);
+        assert_eq!(read.text.capacity(), POLL_BYTES + max_line + 1);
     }
 
     /// A reader read ahead gives the same polls, and its offsets are those after the poll
