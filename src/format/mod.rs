@@ -381,9 +381,9 @@ impl Decoder {
     }
 
     /// `decode` over `records` (with their `keys`, where there are), in pieces of at most
-    /// [`MAX_PIECE`] records: on threads of their own at once (a run of pieces each) when
-    /// there are records enough and the decoder may use more than one; the pieces' groups in
-    /// order, their rows and errors numbered in `records`.
+    /// [`MAX_PIECE`] records: on several threads at once (each taking the next piece left)
+    /// when there are records enough and the decoder may use more than one; the pieces'
+    /// groups in order, their rows and errors numbered in `records`.
     fn split<K: Sync>(
         &self,
         records: &[&[u8]],
@@ -400,24 +400,29 @@ impl Decoder {
             let range = (p * size).min(records.len())..((p + 1) * size).min(records.len());
             decode(&records[range.clone()], keys.map(|k| &k[range]))
         };
-        let mut decoded: Vec<Option<Result<Decoded>>> = (0..pieces).map(|_| None).collect();
-        let per_thread = pieces.div_ceil(threads);
-        let decode_run = |first: usize, slots: &mut [Option<Result<Decoded>>]| {
-            for (j, slot) in slots.iter_mut().enumerate() {
-                *slot = Some(decode_piece(first + j));
+        // Each thread takes the next piece not taken until none is left: a thread that gets
+        // its core late (the core busy writing files, say) decodes fewer pieces rather than
+        // holding the poll up.
+        let decoded: Vec<std::sync::OnceLock<Result<Decoded>>> =
+            (0..pieces).map(|_| std::sync::OnceLock::new()).collect();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let take_pieces = || {
+            loop {
+                let p = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(slot) = decoded.get(p) else { break };
+                // (Each piece is taken once: its slot is empty.)
+                let _ = slot.set(decode_piece(p));
             }
         };
         if threads <= 1 {
-            decode_run(0, &mut decoded);
+            take_pieces();
         } else {
-            let mut runs = decoded.chunks_mut(per_thread);
-            let mine = runs.next().unwrap_or_default();
-            let decode_run = &decode_run;
+            let take_pieces = &take_pieces;
             decoders().in_place_scope(|scope| {
-                for (t, slots) in runs.enumerate() {
-                    scope.spawn(move |_| decode_run((t + 1) * per_thread, slots));
+                for _ in 1..threads {
+                    scope.spawn(move |_| take_pieces());
                 }
-                decode_run(0, mine);
+                take_pieces();
             });
         }
         let mut all = Decoded {
@@ -426,6 +431,7 @@ impl Decoder {
         };
         for (p, decoded) in decoded.into_iter().enumerate() {
             let Decoded { groups, errors } = decoded
+                .into_inner()
                 .ok_or_else(|| Error::Internal("a piece of a poll was not decoded".into()))??;
             let start = p * size;
             for mut group in groups {
