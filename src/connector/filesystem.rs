@@ -82,6 +82,9 @@ const LATE: &str = "late:";
 /// Lines read from a file at most per poll, in bytes (a poll also stops at its row count).
 const POLL_BYTES: usize = 16 << 20;
 
+/// Bytes read from a file at once.
+const READ_BYTES: usize = 256 << 10;
+
 /// Reads the files of one filesystem source, in name order, each from where the last read
 /// stopped (a byte offset: resuming reads no file again).
 ///
@@ -186,12 +189,38 @@ struct OpenFile {
     line: u64,
     /// The byte after them.
     byte: u64,
-    /// Opened at `byte`; `None` until the first read.
-    reader: Option<std::io::BufReader<std::fs::File>>,
+    /// Open at `byte` between polls; `None` until the first read.
+    reader: Option<std::fs::File>,
     /// Non-blank lines still to skip before reading (offsets written by an older floe
     /// counted those, without a byte offset).
     skip_records: u64,
     late: bool,
+}
+
+impl OpenFile {
+    /// The line at `at` in `text` (its end of line not included), `bytes` long in the file
+    /// (its end of line and what was not kept of it included): taken unless it is blank or
+    /// a record still to skip.
+    fn take_line(
+        &mut self,
+        lines: &mut Vec<(u64, Range<usize>)>,
+        text: &[u8],
+        at: Range<usize>,
+        bytes: usize,
+    ) {
+        self.byte += bytes as u64;
+        self.line += 1;
+        let line = &text[at.clone()];
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.trim_ascii().is_empty() {
+            return;
+        }
+        if self.skip_records > 0 {
+            self.skip_records -= 1;
+            return;
+        }
+        lines.push((self.line, at.start..at.start + line.len()));
+    }
 }
 
 impl FilesystemReader {
@@ -259,8 +288,13 @@ impl FilesystemReader {
     }
 
     /// Read the next lines of the open file: at most `max_rows` records or [`POLL_BYTES`]
-    /// bytes. Returns the first line's number (0-based) and the non-blank lines, each with
-    /// its number; `true` when the file is at its end.
+    /// bytes. Returns the non-blank lines, each with its number; `true` when the file is at
+    /// its end.
+    ///
+    /// The file is read straight into the poll's buffer, [`READ_BYTES`] at a time, and its
+    /// lines are found in place; the file is then put back after the last line taken (what
+    /// was read past it is read again by the next poll), so that where it stands is always
+    /// the `byte` of the offsets.
     fn read_lines(
         file: &mut OpenFile,
         buffers: &Buffers,
@@ -268,47 +302,94 @@ impl FilesystemReader {
         max_line: usize,
     ) -> Result<(Lines, bool)> {
         use std::io::{Seek, SeekFrom};
-        if file.reader.is_none() {
-            let mut f = std::fs::File::open(&file.path)
-                .map_err(|e| Error::io(format!("opening {}", file.path), e))?;
-            f.seek(SeekFrom::Start(file.byte))
-                .map_err(|e| Error::io(format!("seeking in {}", file.path), e))?;
-            file.reader = Some(std::io::BufReader::with_capacity(1 << 20, f));
-        }
-        // Room for a poll's bytes at once, its last line included (pages not written are not
-        // taken): the buffer is not copied as it grows.
+        let io = |what: &str, path: &str, e| Error::io(format!("{what} {path}"), e);
+        let mut f = match file.reader.take() {
+            Some(f) => f,
+            None => {
+                let mut f =
+                    std::fs::File::open(&file.path).map_err(|e| io("opening", &file.path, e))?;
+                f.seek(SeekFrom::Start(file.byte))
+                    .map_err(|e| io("seeking in", &file.path, e))?;
+                f
+            }
+        };
+        // Room for a poll's bytes, the line being read when it is full (at most a record's
+        // size, the rest of a longer line is not kept) and one read (pages not written are
+        // not taken): the buffer is never copied to grow.
         let mut read = Lines {
-            text: buffers.take(POLL_BYTES + max_line + 1),
+            text: buffers.take(POLL_BYTES + max_line + 1 + READ_BYTES),
             lines: Vec::new(),
         };
-        let Some(reader) = file.reader.as_mut() else {
-            return Ok((read, true));
-        };
         let Lines { text, lines } = &mut read;
-        while lines.len() < max_rows.max(1) && text.len() < POLL_BYTES {
-            let start = text.len();
-            let n = read_line(reader, text, max_line)
-                .map_err(|e| Error::io(format!("reading {}", file.path), e))?;
-            if n == 0 {
-                return Ok((read, true));
+        let max_rows = max_rows.max(1);
+        let full = |lines: &Vec<_>, start: usize| lines.len() >= max_rows || start >= POLL_BYTES;
+        let read_more = |f: &mut std::fs::File, text: &mut Vec<u8>| {
+            use std::io::Read;
+            f.take(READ_BYTES as u64).read_to_end(text)
+        };
+        // `text[..start]` holds the lines passed, `text[start..]` the start of the next.
+        let mut start = 0;
+        let at_end = loop {
+            while !full(lines, start) {
+                let Some(n) = memchr::memchr(b'\n', &text[start..]) else {
+                    break;
+                };
+                // Of a line longer than a record may be, one byte more than that is kept.
+                let kept = n.min(max_line + 1);
+                file.take_line(lines, text, start..start + kept, n + 1);
+                start += n + 1;
             }
-            file.byte += n as u64;
-            file.line += 1;
-            let line = &text[start..];
-            let line = line.strip_suffix(b"\n").unwrap_or(line);
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let (end, blank) = (start + line.len(), line.trim_ascii().is_empty());
-            if blank || file.skip_records > 0 {
-                if !blank {
-                    file.skip_records -= 1;
+            if full(lines, start) {
+                break false;
+            }
+            if text.len() - start > max_line {
+                // Longer than a record may be, with no end in sight: keep one byte more than
+                // that (a bad record) and let the rest of the line go as it is read.
+                let kept = start + max_line + 1;
+                let mut dropped = text.len() - kept;
+                text.truncate(kept);
+                let ended = loop {
+                    let n = read_more(&mut f, text).map_err(|e| io("reading", &file.path, e))?;
+                    if n == 0 {
+                        break false;
+                    }
+                    match memchr::memchr(b'\n', &text[kept..]) {
+                        Some(i) => {
+                            dropped += i + 1;
+                            text.copy_within(kept + i + 1.., kept);
+                            let len = text.len() - i - 1;
+                            text.truncate(len);
+                            break true;
+                        }
+                        None => {
+                            dropped += n;
+                            text.truncate(kept);
+                        }
+                    }
+                };
+                file.take_line(lines, text, start..kept, kept - start + dropped);
+                start = kept;
+                if !ended {
+                    break true;
                 }
-                text.truncate(start);
                 continue;
             }
-            text.truncate(end);
-            lines.push((file.line, start..end));
+            if read_more(&mut f, text).map_err(|e| io("reading", &file.path, e))? == 0 {
+                // The last line may have no end of line.
+                if text.len() > start {
+                    let end = text.len();
+                    file.take_line(lines, text, start..end, end - start);
+                }
+                break true;
+            }
+        };
+        if !at_end && text.len() > start {
+            text.truncate(start);
+            f.seek(SeekFrom::Start(file.byte))
+                .map_err(|e| io("seeking in", &file.path, e))?;
         }
-        Ok((read, false))
+        file.reader = Some(f);
+        Ok((read, at_end))
     }
 
     /// Decode `lines` of `file`; lines that do not decode are returned as rejects, the
@@ -354,32 +435,6 @@ impl FilesystemReader {
     /// Whether the first line of each file is a header to skip.
     fn skips_header(&self) -> bool {
         matches!(self.options.decoder.format(), Format::Csv { .. }) && self.options.csv_header
-    }
-}
-
-/// Read through the next `\n` onto the end of `buf`, keeping at most `max + 1` bytes of the
-/// line (a longer one is a bad record, whatever the rest holds): the bytes read.
-fn read_line(
-    reader: &mut impl std::io::BufRead,
-    buf: &mut Vec<u8>,
-    max: usize,
-) -> std::io::Result<usize> {
-    let start = buf.len();
-    let mut read = 0;
-    loop {
-        let available = reader.fill_buf()?;
-        if available.is_empty() {
-            return Ok(read);
-        }
-        let end = memchr::memchr(b'\n', available);
-        let take = end.map_or(available.len(), |i| i + 1);
-        let room = (max + 1).saturating_sub(buf.len() - start);
-        buf.extend_from_slice(&available[..take.min(room)]);
-        reader.consume(take);
-        read += take;
-        if end.is_some() {
-            return Ok(read);
-        }
     }
 }
 
@@ -613,7 +668,7 @@ mod tests {
         assert!(!at_end);
         assert_eq!(read.lines.len(), 16);
         assert!(read.text.len() > POLL_BYTES);
-        assert_eq!(read.text.capacity(), POLL_BYTES + max_line + 1);
+        assert_eq!(read.text.capacity(), POLL_BYTES + max_line + 1 + READ_BYTES);
     }
 
     /// A reader read ahead gives the same polls, and its offsets are those after the poll
@@ -737,6 +792,97 @@ mod tests {
             "_line"
         );
         assert!(matches!(again.poll(10).await.unwrap(), Poll::Finished));
+    }
+
+    /// Polls cut by their row count anywhere in a file's reads: every line once, in order,
+    /// with its number, whether read on or resumed from the offsets after any poll.
+    #[tokio::test]
+    async fn polls_of_any_size_read_each_line_once_across_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        // ~1.3 MiB of lines of different lengths (several reads), blank and CRLF ones among
+        // them, and no end of line after the last.
+        let mut text = String::new();
+        let mut want = Vec::new();
+        for i in 0..20_000i64 {
+            let pad = "y".repeat((i as usize * 37) % 90);
+            match i % 500 {
+                7 => text.push_str("  \n"),
+                8 => text.push_str(&format!("{{\"id\": {i}, \"name\": \"{pad}\"}}\r\n")),
+                _ => text.push_str(&format!("{{\"id\": {i}, \"name\": \"{pad}\"}}\n")),
+            }
+            if i % 500 != 7 {
+                want.push((i, i + 1));
+            }
+        }
+        text.push_str("{\"id\": 20000}");
+        want.push((20_000, 20_001));
+        std::fs::write(dir.path().join("a.json"), text).unwrap();
+        for rows in [1_000, 4_099] {
+            let mut r = reader(dir.path(), "json", &[]);
+            let mut got = Vec::new();
+            let mut polls = 0;
+            loop {
+                // Every third poll by a new reader from the offsets: the file put back
+                // where the poll's lines end.
+                if polls % 3 == 2 {
+                    let offsets = r.offsets();
+                    r = reader(dir.path(), "json", &[]);
+                    r.seek(&offsets).unwrap();
+                }
+                polls += 1;
+                match r.poll(rows).await.unwrap() {
+                    Poll::Records {
+                        batches, rejects, ..
+                    } => {
+                        assert!(rejects.is_empty(), "{rejects:?}");
+                        for b in batches {
+                            let ids = b.column(0).as_primitive::<Int64Type>().values();
+                            let lines = b.column(2).as_primitive::<Int64Type>().values();
+                            got.extend(ids.iter().copied().zip(lines.iter().copied()));
+                        }
+                    }
+                    Poll::Finished => break,
+                    other => panic!("{other:?}"),
+                }
+            }
+            assert_eq!(got.len(), want.len(), "{rows} rows a poll");
+            assert!(
+                got == want,
+                "{rows} rows a poll: lines out of order or numbered wrong"
+            );
+        }
+    }
+
+    /// A line longer than a record may be, spanning several reads, is one bad record of one
+    /// byte more than the bound, and the lines after it (the last without an end of line)
+    /// are read as they are.
+    #[tokio::test]
+    async fn a_line_longer_than_several_reads_is_one_bad_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let long = format!(
+            "{{\"id\": 2, \"name\": \"{}\"}}",
+            "x".repeat(3 * READ_BYTES)
+        );
+        let text = format!("{{\"id\": 1}}\n{long}\n{{\"id\": 3}}\n{long}\n{{\"id\": 5}}\n{long}");
+        std::fs::write(dir.path().join("1.json"), text).unwrap();
+        let mut r = reader(dir.path(), "json", &[("record.max-size", "100")]);
+        let (mut ids, mut bad): (Vec<i64>, Vec<(u64, usize)>) = (Vec::new(), Vec::new());
+        loop {
+            match r.poll(2).await.unwrap() {
+                Poll::Records {
+                    batches, rejects, ..
+                } => {
+                    for b in batches {
+                        ids.extend(b.column(0).as_primitive::<Int64Type>().values().iter());
+                    }
+                    bad.extend(rejects.iter().map(|r| (r.offset, r.payload.len())));
+                }
+                Poll::Finished => break,
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(ids, [1, 3, 5]);
+        assert_eq!(bad, [(2, 101), (4, 101), (6, 101)]);
     }
 
     #[tokio::test]
