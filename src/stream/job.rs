@@ -100,7 +100,7 @@ pub struct Job {
     pub maintenance: Option<MaintenancePolicy>,
     /// How long a source may send nothing before it no longer holds the watermark back.
     pub idle_timeout: Option<Duration>,
-    /// The threads its records are decoded on at once (`parallelism.default`); above one,
+    /// The cores its records are decoded on at once (`parallelism.default`); above one,
     /// a table's files are written while the job reads on.
     pub parallelism: usize,
 }
