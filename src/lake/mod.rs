@@ -12,6 +12,7 @@ pub mod glue;
 pub mod key_index;
 pub mod key_spill;
 pub mod maintenance;
+pub mod parquet_file;
 pub mod read;
 pub mod runtime;
 pub mod storage;

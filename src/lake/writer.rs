@@ -19,7 +19,6 @@ use iceberg::spec::PartitionKey;
 use iceberg::spec::{DataFile, DataFileFormat, Struct};
 use iceberg::table::Table;
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
-use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::file_writer::location_generator::{
     DefaultFileNameGenerator, DefaultLocationGenerator, LocationGenerator,
 };
@@ -28,11 +27,12 @@ use iceberg::writer::partitioning::PartitioningWriter;
 use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
 use iceberg::writer::partitioning::unpartitioned_writer::UnpartitionedWriter;
 
+use super::parquet_file::ParquetFiles;
 use crate::error::{Error, Reject, Result};
 use crate::schema::conform_array;
 
 type FileWriterBuilder =
-    DataFileWriterBuilder<ParquetWriterBuilder, EscapedLocationGenerator, DefaultFileNameGenerator>;
+    DataFileWriterBuilder<ParquetFiles, EscapedLocationGenerator, DefaultFileNameGenerator>;
 
 /// Data file locations with each partition value URL-encoded, as Iceberg's Java writers do:
 /// a value holding `/` or `?` (a truncated URL, say) stays one path segment, which object
@@ -128,8 +128,8 @@ enum Inner {
 enum RowGroups {
     /// As the table's `write.parquet.row-group-size-bytes` says.
     Table,
-    /// One per write.
-    PerWrite,
+    /// As the table says, or ended earlier by the caller ([`TableWriter::end_row_group`]).
+    OnDemand,
     /// As the table says, but at most this many bytes.
     AtMost(usize),
 }
@@ -137,6 +137,8 @@ enum RowGroups {
 /// Writes batches of one table's rows into uncommitted data files.
 pub struct TableWriter {
     inner: Inner,
+    /// Every file `inner` opens, to end their row groups.
+    files: ParquetFiles,
     /// The table's schema as Arrow, with Iceberg field ids in the field metadata.
     schema: SchemaRef,
     rows: u64,
@@ -171,12 +173,12 @@ impl TableWriter {
         )
     }
 
-    /// A writer that writes each batch it is given as a row group of its own: between
-    /// writes it holds open files only, none of the encoders of a row group under way
+    /// A writer whose caller ends its row groups ([`TableWriter::end_row_group`]): between
+    /// row groups it holds open files only, none of the encoders of a row group under way
     /// (about a MiB per table whatever its rows). For callers that gather rows and choose
     /// the row groups' sizes themselves, as routed sinks writing many tables do.
-    pub fn row_group_per_write(table: &Table) -> Result<Self> {
-        Self::build(table, RowGroups::PerWrite, None)
+    pub fn row_groups_on_demand(table: &Table) -> Result<Self> {
+        Self::build(table, RowGroups::OnDemand, None)
     }
 
     fn build(table: &Table, row_groups: RowGroups, target: Option<u64>) -> Result<Self> {
@@ -194,10 +196,8 @@ impl TableWriter {
         let mut properties = writer_properties(metadata.properties())
             .map_err(|e| Error::Option(format!("table {}: {e}", table.identifier())))?;
         let cap = match row_groups {
-            // A row group is flushed once its encoded size reaches this: after every write.
-            RowGroups::PerWrite => Some(1),
             RowGroups::AtMost(bytes) => Some(bytes.max(1 << 20)),
-            RowGroups::Table => None,
+            RowGroups::Table | RowGroups::OnDemand => None,
         };
         if let Some(cap) = cap {
             let cap = properties.max_row_group_bytes().map_or(cap, |t| t.min(cap));
@@ -206,9 +206,10 @@ impl TableWriter {
                 .set_max_row_group_bytes(Some(cap))
                 .build();
         }
-        let parquet = ParquetWriterBuilder::new(properties, iceberg_schema.clone());
+        let arrow = Arc::new(schema_to_arrow_schema(&iceberg_schema)?);
+        let parquet = ParquetFiles::new(properties, iceberg_schema.clone(), arrow.clone());
         let rolling = RollingFileWriterBuilder::new(
-            parquet,
+            parquet.clone(),
             target.map_or(props.write_target_file_size_bytes, |t| t as usize),
             // Synced together before a commit or checkpoint record names them.
             crate::lake::storage::deferring(table.file_io(), metadata.location()),
@@ -230,7 +231,8 @@ impl TableWriter {
         };
         Ok(Self {
             inner,
-            schema: Arc::new(schema_to_arrow_schema(&iceberg_schema)?),
+            files: parquet,
+            schema: arrow,
             rows: 0,
             partitions: HashSet::new(),
             held: Self::holds_open_files(table).then_some(0),
@@ -287,6 +289,12 @@ impl TableWriter {
             }
         }
         Ok(())
+    }
+
+    /// End the row group under way in every open file (the rows written since the last
+    /// one become a row group of each file).
+    pub async fn end_row_group(&mut self) -> Result<()> {
+        Ok(self.files.end_row_groups().await?)
     }
 
     /// Close every open file and return the data files written.

@@ -177,21 +177,19 @@ pub struct Written {
 }
 
 impl Unwritten {
-    /// Write the rows (one row group per file for a deferred sink's), and close the files
+    /// Write the rows (one row group of each file for a deferred sink's), and close the files
     /// if asked to.
     pub async fn write(self) -> Result<Written> {
         let mut writer = match self.writer {
             Some(w) => w,
-            None if self.deferred => TableWriter::row_group_per_write(&self.staged)?,
+            None if self.deferred => TableWriter::row_groups_on_demand(&self.staged)?,
             None => TableWriter::try_new(&self.staged)?,
         };
-        if self.deferred {
-            // One row group per write: the rows gathered, as one.
-            if !self.rows.is_empty() {
-                writer.write(concat(&self.schema, self.rows)?).await?;
-            }
-        } else {
-            write_gathered(&mut writer, &self.schema, self.rows).await?;
+        let row_group = self.deferred && !self.rows.is_empty();
+        write_gathered(&mut writer, &self.schema, self.rows).await?;
+        if row_group {
+            // The rows gathered, as one row group.
+            writer.end_row_group().await?;
         }
         if !self.close {
             return Ok(Written {
