@@ -85,7 +85,13 @@ impl FileWriterBuilder for ParquetFiles {
             writer: None,
             size: 0,
         }));
-        lock(&self.open).push(Arc::downgrade(&encoding));
+        {
+            // (Files closed since are forgotten here too, for writers never told to end
+            // their row groups.)
+            let mut open = lock(&self.open);
+            open.retain(|f| f.strong_count() > 0);
+            open.push(Arc::downgrade(&encoding));
+        }
         Ok(ParquetFile {
             files: self.clone(),
             output,
