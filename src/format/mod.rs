@@ -20,6 +20,7 @@
 
 pub mod avro;
 pub mod debezium;
+mod flat_json;
 
 use std::collections::HashMap;
 use std::io::Cursor;
@@ -38,6 +39,7 @@ use crate::schema::shape_key;
 use crate::sql::Options;
 use crate::sql::options::unsupported;
 use avro::AvroDecoder;
+use flat_json::FlatDecoder;
 
 /// How records are laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -475,10 +477,19 @@ fn message_key(avro: &AvroDecoder, key: Option<&[u8]>) -> debezium::MessageKey {
 fn decode_shapes(format: Format, inference: &Inference, records: &[&[u8]]) -> Result<Decoded> {
     // Group the records by shape, in order of first appearance: by the shape's key where it
     // can be read off the record, by the shape built otherwise. A shape's schema is one `Arc`
-    // in the cache, so groups are found by its address.
+    // in the cache, so groups are found by its address. A flat shape's records decode as they
+    // are grouped (`FlatDecoder`); a record is first offered to the decoder that took the
+    // record before it, and walked for its shape only when refused.
     let mut errors = Vec::new();
-    let mut groups: Vec<(SchemaRef, Vec<usize>)> = Vec::new();
-    let mut by_schema: HashMap<*const Schema, usize> = HashMap::new();
+    let mut groups: Vec<Grouping> = Vec::new();
+    // Per schema, its flat decoder's group (`None` for a shape that has none) and the group
+    // decoded by arrow-json.
+    let mut flat_of: HashMap<*const Schema, Option<usize>> = HashMap::new();
+    let mut json_of: HashMap<*const Schema, usize> = HashMap::new();
+    let mut last: Option<usize> = None;
+    // Records taken, and refused, by the decoder offered them first: while records mostly
+    // change shape, they are walked first.
+    let (mut taken, mut refused) = (0usize, 0usize);
     let mut key = Vec::new();
     // The cache is held only to look a shape up or add one: threads decoding other chunks
     // of the poll use it too.
@@ -491,6 +502,17 @@ fn decode_shapes(format: Format, inference: &Inference, records: &[&[u8]]) -> Re
     // The shapes this call met, by key, so that most records take no lock.
     let mut met: datafusion::common::HashMap<Vec<u8>, SchemaRef> = Default::default();
     for (i, r) in records.iter().enumerate() {
+        if let Some(g) = last
+            && refused <= taken / 8 + 16
+        {
+            if let Grouping::Flat(decoder) = &mut groups[g]
+                && decoder.push(r, i)
+            {
+                taken += 1;
+                continue;
+            }
+            refused += 1;
+        }
         let known = match shape_key::scan(r, inference.timestamps, &mut key) {
             true => match met.get(&key) {
                 Some(schema) => Some(schema.clone()),
@@ -517,25 +539,71 @@ fn decode_shapes(format: Format, inference: &Inference, records: &[&[u8]]) -> Re
                 }
             },
         };
-        let g = *by_schema.entry(Arc::as_ptr(&schema)).or_insert_with(|| {
-            groups.push((schema, Vec::new()));
+        let flat = *flat_of.entry(Arc::as_ptr(&schema)).or_insert_with(|| {
+            // Room for every record left for the first shape, the others grow as they need.
+            let left = records.len() - i;
+            let rows = if groups.is_empty() {
+                left
+            } else {
+                left.min(256)
+            };
+            let decoder = match format {
+                Format::Json => FlatDecoder::new(&schema, inference.timestamps, rows),
+                _ => None,
+            };
+            decoder.map(|d| {
+                groups.push(Grouping::Flat(Box::new(d)));
+                groups.len() - 1
+            })
+        });
+        if let Some(g) = flat
+            && let Grouping::Flat(decoder) = &mut groups[g]
+            && decoder.push(r, i)
+        {
+            last = Some(g);
+            continue;
+        }
+        let g = *json_of.entry(Arc::as_ptr(&schema)).or_insert_with(|| {
+            groups.push(Grouping::Json(schema.clone(), Vec::new()));
             groups.len() - 1
         });
-        groups[g].1.push(i);
+        if let Grouping::Json(_, rows) = &mut groups[g] {
+            rows.push(i);
+        }
     }
     let mut out = Vec::with_capacity(groups.len());
-    for (schema, rows) in groups {
-        let these: Vec<&[u8]> = rows.iter().map(|&i| records[i]).collect();
-        let (mut group, bad) = decode_group(format, &schema, &these, |j| rows[j])?;
-        errors.extend(bad);
-        group.rows = group.rows.iter().map(|&j| rows[j]).collect();
-        out.push(group);
+    for grouping in groups {
+        match grouping {
+            Grouping::Flat(decoder) => {
+                let group = decoder.finish().map_err(|e| {
+                    Error::Internal(format!("decoding records of a flat shape: {e}"))
+                })?;
+                if group.batch.num_rows() > 0 {
+                    out.push(group);
+                }
+            }
+            Grouping::Json(schema, rows) => {
+                let these: Vec<&[u8]> = rows.iter().map(|&i| records[i]).collect();
+                let (mut group, bad) = decode_group(format, &schema, &these, |j| rows[j])?;
+                errors.extend(bad);
+                group.rows = group.rows.iter().map(|&j| rows[j]).collect();
+                out.push(group);
+            }
+        }
     }
     errors.sort_by_key(|(i, _)| *i);
     Ok(Decoded {
         groups: out,
         errors,
     })
+}
+
+/// The records of one schema found so far.
+enum Grouping {
+    /// Decoded as they are found.
+    Flat(Box<FlatDecoder>),
+    /// Their input indices, for arrow-json.
+    Json(SchemaRef, Vec<usize>),
 }
 
 /// Decode Debezium change events into columns inferred from each row, with

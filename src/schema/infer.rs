@@ -428,7 +428,7 @@ impl<'de> Visitor<'de> for ValueShape {
 
 /// Whether `s` reads as a timestamp (`2024-05-01T10:00:00`, a space instead of `T`, an
 /// optional fraction), and if so whether it carries a UTC offset (`Z`, `+02:00`).
-pub(super) fn timestamp_kind(s: &str) -> Option<bool> {
+pub(crate) fn timestamp_kind(s: &str) -> Option<bool> {
     // Cheap rejection first: most strings are not timestamps.
     let b = s.as_bytes();
     if b.len() < 19 || !b[..4].iter().all(u8::is_ascii_digit) || b[4] != b'-' {

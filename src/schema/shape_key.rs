@@ -301,7 +301,7 @@ impl<'a> Scanner<'a> {
         let start = self.i;
         let mut escaped = false;
         loop {
-            self.i += plain_bytes(&self.b[self.i..]);
+            self.i += plain_bytes(&self.b[self.i..], false);
             let c = *self.b.get(self.i).ok_or(GiveUp)?;
             match c {
                 b'"' => {
@@ -332,57 +332,53 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// A number: `l` for an integer that fits a long, `d` for one with a fraction; any
-    /// other (an exponent, a larger integer, `-0`, which serde_json reads as a double) is the
-    /// shape builder's.
+    /// A number: `l` for an integer that fits a long, `d` for one with a fraction.
     fn number(&mut self) -> Result<u8, GiveUp> {
-        let start = self.i;
-        let negative = self.peek() == Some(b'-');
-        if negative {
-            self.i += 1;
-        }
-        let digits = self.digits();
-        let leading_zero = digits > 0 && self.b[self.i - digits] == b'0';
-        if digits == 0 || (leading_zero && digits > 1) {
-            return Err(GiveUp);
-        }
-        let kind = match self.peek() {
-            Some(b'.') if digits > 18 => return Err(GiveUp),
-            Some(b'.') => {
-                self.i += 1;
-                if self.digits() == 0 {
-                    return Err(GiveUp);
-                }
-                b'd'
-            }
-            _ if negative && leading_zero => return Err(GiveUp),
-            _ if digits <= 18 => b'l',
-            _ => {
-                let text = std::str::from_utf8(&self.b[start..self.i]).map_err(|_| GiveUp)?;
-                text.parse::<i64>().map_err(|_| GiveUp)?;
-                b'l'
-            }
-        };
-        if let Some(b'e' | b'E') = self.peek() {
-            return Err(GiveUp);
-        }
-        Ok(kind)
+        let (end, fraction) = number(self.b, self.i).ok_or(GiveUp)?;
+        self.i = end;
+        Ok(if fraction { b'd' } else { b'l' })
     }
+}
 
-    fn digits(&mut self) -> usize {
-        let start = self.i;
-        while let Some(b'0'..=b'9') = self.peek() {
-            self.i += 1;
+/// The number at `start` of `b`, if the walk settles it: where it ends, and whether it has a
+/// fraction (`d`) or is an integer that fits a long (`l`). Any other (an exponent, a larger
+/// integer, `-0`, which serde_json reads as a double, leading zeros) is the shape builder's.
+pub(crate) fn number(b: &[u8], start: usize) -> Option<(usize, bool)> {
+    let digits = |from: usize| b[from..].iter().take_while(|c| c.is_ascii_digit()).count();
+    let negative = b.get(start) == Some(&b'-');
+    let first = start + usize::from(negative);
+    let whole = digits(first);
+    let leading_zero = whole > 0 && b[first] == b'0';
+    if whole == 0 || (leading_zero && whole > 1) {
+        return None;
+    }
+    let mut end = first + whole;
+    let fraction = b.get(end) == Some(&b'.');
+    if fraction {
+        let decimals = digits(end + 1);
+        if whole > 18 || decimals == 0 {
+            return None;
         }
-        self.i - start
+        end += 1 + decimals;
+    } else if negative && leading_zero {
+        return None;
+    } else if whole > 18 {
+        // Digits only, and a sign: ASCII.
+        let text = std::str::from_utf8(&b[start..end]).ok()?;
+        text.parse::<i64>().ok()?;
+    }
+    match b.get(end) {
+        Some(b'e' | b'E') => None,
+        _ => Some((end, fraction)),
     }
 }
 
 /// How many bytes `text` starts with that a string holds as they are: no quote, no backslash,
-/// no control character. Eight at a time: a byte is flagged when it equals `"` or `\\`
-/// (XOR leaves it zero) or is below 0x20; the lowest flagged byte of a word is exact (the
-/// borrows that may flag bytes above it start there).
-fn plain_bytes(text: &[u8]) -> usize {
+/// no control character (and, when `ascii`, no byte of a character of several). Eight at a
+/// time: a byte is flagged when it equals `"` or `\\` (XOR leaves it zero) or is below 0x20
+/// (or has its high bit set); the lowest flagged byte of a word is exact (the borrows that may
+/// flag bytes above it start there).
+pub(crate) fn plain_bytes(text: &[u8], ascii: bool) -> usize {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
     // Bytes below `n` (those with their high bit clear), flagged in their high bit.
@@ -392,7 +388,8 @@ fn plain_bytes(text: &[u8]) -> usize {
         let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
         let flagged = below(word ^ (ONES * b'"' as u64), 1)
             | below(word ^ (ONES * b'\\' as u64), 1)
-            | below(word, 0x20);
+            | below(word, 0x20)
+            | if ascii { word & HIGHS } else { 0 };
         if flagged != 0 {
             return at + flagged.trailing_zeros() as usize / 8;
         }
@@ -400,7 +397,7 @@ fn plain_bytes(text: &[u8]) -> usize {
     }
     at + text[at..]
         .iter()
-        .take_while(|&&c| c != b'"' && c != b'\\' && c >= 0x20)
+        .take_while(|&&c| c != b'"' && c != b'\\' && c >= 0x20 && (!ascii || c < 0x80))
         .count()
 }
 
@@ -480,9 +477,9 @@ mod tests {
 
     #[test]
     fn plain_bytes_stop_at_quotes_backslashes_and_control_characters() {
-        let naive = |t: &[u8]| {
+        let naive = |t: &[u8], ascii: bool| {
             t.iter()
-                .take_while(|&&c| c != b'"' && c != b'\\' && c >= 0x20)
+                .take_while(|&&c| c != b'"' && c != b'\\' && c >= 0x20 && (!ascii || c < 0x80))
                 .count()
         };
         let mut texts: Vec<Vec<u8>> = vec![Vec::new(), b"plain".to_vec()];
@@ -506,7 +503,9 @@ mod tests {
             }
         }
         for t in &texts {
-            assert_eq!(plain_bytes(t), naive(t), "{t:?}");
+            for ascii in [false, true] {
+                assert_eq!(plain_bytes(t, ascii), naive(t, ascii), "{t:?} {ascii}");
+            }
         }
     }
 
