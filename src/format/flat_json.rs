@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::timezone::Tz;
 use datafusion::arrow::array::{
-    ArrayRef, BooleanArray, BooleanBufferBuilder, Float64Array, Int64Array, RecordBatch,
-    StringArray, TimestampMicrosecondArray,
+    ArrayRef, BooleanArray, BooleanBufferBuilder, Float64Array, Int32Array, Int64Array,
+    RecordBatch, StringArray, TimestampMicrosecondArray,
 };
 use datafusion::arrow::buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use datafusion::arrow::compute::kernels::cast_utils::string_to_datetime;
@@ -34,14 +34,16 @@ pub(super) struct FlatDecoder {
     /// Each field's name, as it stands between quotes in a record.
     names: Vec<Box<[u8]>>,
     columns: Vec<Column>,
-    /// `'json.timestamp-inference'`: a string field's values must not read as timestamps.
-    timestamps: bool,
+    /// Whose rules a value follows.
+    kinds: Kinds,
     /// The input index of each row.
     rows: Vec<usize>,
 }
 
 enum Column {
     Long(Vec<i64>),
+    /// Declared `INT`.
+    Int(Vec<i32>),
     Double(Vec<f64>),
     /// Offsets (from a first 0) and bytes of the values.
     Text(Vec<i32>, Vec<u8>),
@@ -51,15 +53,28 @@ enum Column {
     Timestamp(Vec<i64>, Option<(Arc<str>, Tz)>),
 }
 
+/// Whose rules say which values a column takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kinds {
+    /// The shape walk's, for a shape's columns (`'json.timestamp-inference'`: strings that
+    /// read as timestamps are timestamps, not strings).
+    Inferred { timestamps: bool },
+    /// Declared columns': any value arrow-json decodes exactly, of the JSON type it takes
+    /// without a conversion of its own (a number for a number column, a string for a
+    /// string or timestamp column), never NULL.
+    Declared,
+}
+
 /// Not the shape's record, or not one decoded here: nothing taken.
 struct Refused;
 
 type Taken<T = ()> = Result<T, Refused>;
 
 impl FlatDecoder {
-    /// A decoder of records of `schema`'s shape (a schema the shape cache made), when every
-    /// field is flat and named without escapes; `rows` is how many records it may take.
-    pub(super) fn new(schema: &SchemaRef, timestamps: bool, rows: usize) -> Option<Self> {
+    /// A decoder of records of `schema`'s columns in their order (a shape's, as the shape
+    /// cache made it, or declared), when every field is flat and named without escapes;
+    /// `rows` is how many records it may take.
+    pub(super) fn new(schema: &SchemaRef, kinds: Kinds, rows: usize) -> Option<Self> {
         if schema.fields().is_empty() {
             return None;
         }
@@ -74,6 +89,9 @@ impl FlatDecoder {
             names.push(name.into());
             columns.push(match field.data_type() {
                 DataType::Int64 => Column::Long(Vec::with_capacity(rows)),
+                DataType::Int32 if kinds == Kinds::Declared => {
+                    Column::Int(Vec::with_capacity(rows))
+                }
                 DataType::Float64 => Column::Double(Vec::with_capacity(rows)),
                 DataType::Utf8 => {
                     let mut offsets = Vec::with_capacity(rows + 1);
@@ -95,7 +113,7 @@ impl FlatDecoder {
             schema: schema.clone(),
             names,
             columns,
-            timestamps,
+            kinds,
             rows: Vec::with_capacity(rows),
         })
     }
@@ -131,7 +149,7 @@ impl FlatDecoder {
                     r.ws();
                     r.expect(b':')?;
                     r.ws();
-                    self.columns[k].take(r, self.timestamps)?;
+                    self.columns[k].take(r, self.kinds)?;
                     k += 1;
                 }
                 // A field the shape lacks has no value (the walk leaves NULLs out, arrow-json
@@ -186,7 +204,11 @@ impl FlatDecoder {
 
 impl Column {
     /// Take a value of this column's kind from `r`.
-    fn take(&mut self, r: &mut Reader, timestamps: bool) -> Taken {
+    fn take(&mut self, r: &mut Reader, kinds: Kinds) -> Taken {
+        let (inferred, timestamps) = match kinds {
+            Kinds::Inferred { timestamps } => (true, timestamps),
+            Kinds::Declared => (false, false),
+        };
         match self {
             Column::Long(values) => {
                 let (value, fraction) = r.number()?;
@@ -195,9 +217,17 @@ impl Column {
                 }
                 values.push(value.parse().map_err(|_| Refused)?);
             }
-            Column::Double(values) => {
+            Column::Int(values) => {
                 let (value, fraction) = r.number()?;
-                if !fraction {
+                if fraction {
+                    return Err(Refused);
+                }
+                values.push(value.parse().map_err(|_| Refused)?);
+            }
+            Column::Double(values) => {
+                // (An integer is a double's value when declared, another shape inferred.)
+                let (value, fraction) = r.number()?;
+                if inferred && !fraction {
                     return Err(Refused);
                 }
                 values.push(value.parse().map_err(|_| Refused)?);
@@ -226,11 +256,9 @@ impl Column {
             }
             Column::Timestamp(values, tz) => {
                 let mut text = Vec::new();
-                if r.string(&mut text)? {
-                    return Err(Refused);
-                }
+                let escaped = r.string(&mut text)?;
                 let text = std::str::from_utf8(&text).map_err(|_| Refused)?;
-                if timestamp_kind(text) != Some(tz.is_some()) {
+                if inferred && (escaped || timestamp_kind(text) != Some(tz.is_some())) {
                     return Err(Refused);
                 }
                 // As arrow-json reads a timestamp column's strings.
@@ -248,6 +276,7 @@ impl Column {
     fn truncate(&mut self, rows: usize) {
         match self {
             Column::Long(values) => values.truncate(rows),
+            Column::Int(values) => values.truncate(rows),
             Column::Double(values) => values.truncate(rows),
             Column::Text(offsets, values) => {
                 offsets.truncate(rows + 1);
@@ -261,6 +290,7 @@ impl Column {
     fn finish(self) -> Result<ArrayRef, String> {
         Ok(match self {
             Column::Long(values) => Arc::new(Int64Array::new(values.into(), None)),
+            Column::Int(values) => Arc::new(Int32Array::new(values.into(), None)),
             Column::Double(values) => Arc::new(Float64Array::new(values.into(), None)),
             Column::Text(offsets, values) => {
                 let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
@@ -401,6 +431,17 @@ mod tests {
         decoder.flush().ok()?
     }
 
+    /// `decoded` (taken from `record`) is the row arrow-json decodes `record` into.
+    fn assert_arrow_json_row(schema: &SchemaRef, record: &str, decoded: &RecordBatch) {
+        let expected = by_arrow_json(schema, record)
+            .unwrap_or_else(|| panic!("arrow-json does not decode {record:?}, taken"));
+        assert_eq!(decoded, &expected, "{record:?}");
+        // A NaN-free column equals itself: compare the bits of doubles too.
+        for (a, b) in decoded.columns().iter().zip(expected.columns()) {
+            assert_eq!(a.to_data(), b.to_data(), "{record:?}");
+        }
+    }
+
     /// Checks `record` against every schema of `schemas`: a decoder of a flat schema takes
     /// it only when the record has that shape, and then gives the row arrow-json gives.
     /// Whether the decoder of its own shape took it.
@@ -409,7 +450,8 @@ mod tests {
         let own = schema_of(&mut cache, record, timestamps);
         let mut took_own = false;
         for schema in schemas {
-            let Some(mut decoder) = FlatDecoder::new(schema, timestamps, 1) else {
+            let Some(mut decoder) = FlatDecoder::new(schema, Kinds::Inferred { timestamps }, 1)
+            else {
                 continue;
             };
             if !decoder.push(record.as_bytes(), 7) {
@@ -426,13 +468,7 @@ mod tests {
             took_own = true;
             let group = decoder.finish().expect("finish");
             assert_eq!(group.rows, vec![7]);
-            let expected = by_arrow_json(schema, record)
-                .unwrap_or_else(|| panic!("arrow-json does not decode {record:?}, taken"));
-            assert_eq!(group.batch, expected, "{record:?}");
-            // A NaN-free column equals itself: compare the bits of doubles too.
-            for (a, b) in group.batch.columns().iter().zip(expected.columns()) {
-                assert_eq!(a.to_data(), b.to_data(), "{record:?}");
-            }
+            assert_arrow_json_row(schema, record, &group.batch);
         }
         took_own
     }
@@ -524,7 +560,8 @@ mod tests {
     fn a_refused_record_leaves_the_columns_as_they_were() {
         let mut cache = ShapeCache::default();
         let schema = schema_of(&mut cache, RECORDS[0], false).unwrap();
-        let mut decoder = FlatDecoder::new(&schema, false, 4).unwrap();
+        let mut decoder =
+            FlatDecoder::new(&schema, Kinds::Inferred { timestamps: false }, 4).unwrap();
         assert!(decoder.push(RECORDS[0].as_bytes(), 0));
         // Refused at its last field, after the others were taken.
         assert!(!decoder.push(RECORDS[11].as_bytes(), 1));
@@ -559,6 +596,46 @@ mod tests {
         ]
     }
 
+    /// A value for declared column `column`: mostly of its type, sometimes any.
+    fn typed(column: &str) -> BoxedStrategy<String> {
+        let good = match column {
+            "l" => any::<i64>().prop_map(|v| v.to_string()).boxed(),
+            "i" => any::<i32>().prop_map(|v| v.to_string()).boxed(),
+            "d" => prop_oneof![
+                any::<f64>().prop_map(|v| format!("{v:?}")),
+                (any::<i32>(), 0u32..1_000_000).prop_map(|(a, b)| format!("{a}.{b}")),
+                any::<i64>().prop_map(|v| v.to_string()),
+            ]
+            .boxed(),
+            "b" => any::<bool>().prop_map(|v| v.to_string()).boxed(),
+            "t" | "z" => (
+                1i32..9999,
+                1u32..13,
+                1u32..29,
+                prop::sample::select(vec!["T", " "]),
+                0u32..24,
+                0u32..60,
+                prop::sample::select(vec![
+                    "",
+                    ".5",
+                    ".123456",
+                    ".123456789",
+                    "Z",
+                    "+02:00",
+                    "-11:30",
+                ]),
+            )
+                .prop_map(|(y, mo, d, sep, h, mi, tail)| {
+                    format!("\"{y:04}-{mo:02}-{d:02}{sep}{h:02}:{mi:02}:07{tail}\"")
+                })
+                .boxed(),
+            _ => "[a-z \\\\\"/é€😀\t]{0,12}"
+                .prop_map(|s| serde_json::to_string(&s).unwrap())
+                .boxed(),
+        };
+        prop_oneof![4 => good, 1 => value()].boxed()
+    }
+
     /// A record of a few fields named from a small set (so that shapes repeat), and
     /// sometimes broken.
     fn record() -> impl Strategy<Value = String> {
@@ -578,6 +655,99 @@ mod tests {
             })
     }
 
+    /// Declared columns of every type a declared decoder takes.
+    fn declared() -> SchemaRef {
+        use datafusion::arrow::datatypes::{Field, Schema};
+        Arc::new(Schema::new(vec![
+            Field::new("l", DataType::Int64, true),
+            Field::new("i", DataType::Int32, true),
+            Field::new("d", DataType::Float64, true),
+            Field::new("s", DataType::Utf8, true),
+            Field::new("b", DataType::Boolean, false),
+            Field::new("t", DataType::Timestamp(TimeUnit::Microsecond, None), true),
+            Field::new(
+                "z",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+                true,
+            ),
+        ]))
+    }
+
+    /// Whether a declared decoder takes `record`; when it does, its row is arrow-json's.
+    fn check_declared(schema: &SchemaRef, record: &str) -> bool {
+        let mut decoder = FlatDecoder::new(schema, Kinds::Declared, 1).unwrap();
+        if !decoder.push(record.as_bytes(), 3) {
+            return false;
+        }
+        let group = decoder.finish().expect("finish");
+        assert_arrow_json_row(schema, record, &group.batch);
+        true
+    }
+
+    #[test]
+    fn declared_columns_decode_as_arrow_json_decodes_them() {
+        let schema = declared();
+        let row = |l: &str, i: &str, d: &str, s: &str, t: &str| {
+            format!(
+                r#"{{"l": {l}, "i": {i}, "d": {d}, "s": {s}, "b": true, "t": {t}, "z": "2024-05-01T10:00:00+02:00"}}"#
+            )
+        };
+        let taken = [
+            row("1", "2", "3.5", r#""x""#, r#""2024-05-01T10:00:00""#),
+            row(
+                "-9223372036854775808",
+                "-2147483648",
+                "3",
+                r#""\u00e9\n""#,
+                r#""2024-05-01 10:00:00.25""#,
+            ),
+            row(
+                "9223372036854775807",
+                "2147483647",
+                "-0.0",
+                r#""""#,
+                r#""2024-05-01T10:00:00Z""#,
+            ),
+            row(
+                "0",
+                "0",
+                "123456789012345678.25",
+                r#""2024-05-01T10:00:00""#,
+                r#""2024-05-01""#,
+            ),
+            format!(
+                "{} , \"extra\": null",
+                row("1", "2", "3.5", r#""x""#, r#""2024-05-01""#)
+            )
+            .replacen('}', "", 1)
+                + "}",
+        ];
+        for r in &taken {
+            assert!(check_declared(&schema, r), "{r:?} not taken");
+        }
+        // Left to arrow-json (or refused by it): values it converts, NULLs, missing, extra
+        // or reordered fields, numbers the walk does not settle.
+        let refused = [
+            row("1.5", "2", "3.5", r#""x""#, r#""2024-05-01""#),
+            row("1", "2147483648", "3.5", r#""x""#, r#""2024-05-01""#),
+            row(r#""1""#, "2", "3.5", r#""x""#, r#""2024-05-01""#),
+            row("1", "2", "1e3", r#""x""#, r#""2024-05-01""#),
+            row("1", "2", "3.5", "1", r#""2024-05-01""#),
+            row("1", "2", "3.5", "null", r#""2024-05-01""#),
+            row("1", "2", "3.5", r#""x""#, "1714557600000000"),
+            row("1", "2", "3.5", r#""x""#, r#""yesterday""#),
+            row("-0", "2", "3.5", r#""x""#, r#""2024-05-01""#),
+            r#"{"i": 2, "l": 1, "d": 3.5, "s": "x", "b": true, "t": "2024-05-01", "z": "2024-05-01"}"#.to_string(),
+            r#"{"l": 1, "i": 2, "d": 3.5, "s": "x", "b": true, "t": "2024-05-01"}"#.to_string(),
+            format!("{} , \"extra\": 1", row("1", "2", "3.5", r#""x""#, r#""2024-05-01""#))
+                .replacen('}', "", 1)
+                + "}",
+        ];
+        for r in &refused {
+            assert!(!check_declared(&schema, r), "{r:?} taken");
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(300))]
         #[test]
@@ -592,6 +762,24 @@ mod tests {
                 .collect();
             for r in &records {
                 check(&schemas, r, timestamps);
+            }
+        }
+
+        #[test]
+        fn generated_declared_records_decode_as_arrow_json_decodes_them(
+            values in (typed("l"), typed("i"), typed("d"), typed("s"), typed("b"), typed("t"), typed("z")),
+            shuffled in prop::collection::vec(prop::sample::select(vec!["l", "i", "d", "s", "b", "t", "z", "x"]), 7),
+        ) {
+            let (l, i, d, s, b, t, z) = values;
+            let values = [l, i, d, s, b, t, z];
+            // In the columns' order, as most producers write them, and in any order.
+            for names in [vec!["l", "i", "d", "s", "b", "t", "z"], shuffled] {
+                let body: Vec<String> = names
+                    .iter()
+                    .zip(&values)
+                    .map(|(name, value)| format!("\"{name}\": {value}"))
+                    .collect();
+                check_declared(&declared(), &format!("{{{}}}", body.join(",")));
             }
         }
     }

@@ -39,7 +39,7 @@ use crate::schema::shape_key;
 use crate::sql::Options;
 use crate::sql::options::unsupported;
 use avro::AvroDecoder;
-use flat_json::FlatDecoder;
+use flat_json::{FlatDecoder, Kinds};
 
 /// How records are laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -373,6 +373,14 @@ impl Decoder {
                 })
             }
             (format, None) => self.split(records, keys, |records, _| {
+                if format == Format::Json
+                    && let Some(group) = decode_flat(&self.schema, records)
+                {
+                    return Ok(Decoded {
+                        groups: vec![group],
+                        errors: Vec::new(),
+                    });
+                }
                 let (group, errors) = decode_group(format, &self.schema, records, |i| i)?;
                 Ok(Decoded {
                     groups: vec![group],
@@ -548,7 +556,12 @@ fn decode_shapes(format: Format, inference: &Inference, records: &[&[u8]]) -> Re
                 left.min(256)
             };
             let decoder = match format {
-                Format::Json => FlatDecoder::new(&schema, inference.timestamps, rows),
+                Format::Json => {
+                    let kinds = Kinds::Inferred {
+                        timestamps: inference.timestamps,
+                    };
+                    FlatDecoder::new(&schema, kinds, rows)
+                }
                 _ => None,
             };
             decoder.map(|d| {
@@ -717,6 +730,22 @@ fn decode_changes(schema: &SchemaRef, records: &[&[u8]]) -> Result<Decoded> {
         groups: vec![Group { batch, rows }],
         errors,
     })
+}
+
+/// `records` into declared columns `schema` by a [`FlatDecoder`], when it takes every one
+/// (records of the columns in their order, with values of their types): the rows keep the
+/// records' order, which a part taken by arrow-json would break.
+fn decode_flat(schema: &SchemaRef, records: &[&[u8]]) -> Option<Group> {
+    if records.is_empty() {
+        return None;
+    }
+    let mut decoder = FlatDecoder::new(schema, Kinds::Declared, records.len())?;
+    for (i, r) in records.iter().enumerate() {
+        if !decoder.push(r, i) {
+            return None;
+        }
+    }
+    decoder.finish().ok()
 }
 
 /// Decode `records` into `schema`: all at once, or one by one when some are bad. Errors carry
