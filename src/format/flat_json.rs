@@ -1,5 +1,5 @@
-//! Inferred JSON records of a flat shape, decoded straight into Arrow columns: one pass over
-//! each record that checks its shape and takes its values.
+//! JSON records of flat columns, decoded straight into Arrow: one pass over each record that
+//! checks it and takes its values.
 //!
 //! Inferring a record's columns takes a walk over it for its shape ([`shape_key`]); decoding it
 //! into the shape's schema with arrow-json takes two more (arrow-json's tape, then its columns).
@@ -11,6 +11,9 @@
 //! does not, it leaves untouched for the walk and arrow-json. So a record decodes to the same
 //! row, in the same schema, whichever path takes it.
 //!
+//! Declared columns decode the same way ([`Kinds::Declared`]), taking the records whose
+//! fields come in the columns' order with values arrow-json would take as they are.
+//!
 //! [`shape_key`]: crate::schema::shape_key
 
 use std::sync::Arc;
@@ -20,7 +23,7 @@ use datafusion::arrow::array::{
     ArrayRef, BooleanArray, BooleanBufferBuilder, Float64Array, Int32Array, Int64Array,
     RecordBatch, StringArray, TimestampMicrosecondArray,
 };
-use datafusion::arrow::buffer::{Buffer, OffsetBuffer, ScalarBuffer};
+use datafusion::arrow::buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use datafusion::arrow::compute::kernels::cast_utils::string_to_datetime;
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 
@@ -34,6 +37,10 @@ pub(super) struct FlatDecoder {
     /// Each field's name, as it stands between quotes in a record.
     names: Vec<Box<[u8]>>,
     columns: Vec<Column>,
+    /// Each column's validity, once it has a NULL (declared columns only), and whether it
+    /// may have one.
+    nulls: Vec<Option<BooleanBufferBuilder>>,
+    nullable: Vec<bool>,
     /// Whose rules a value follows.
     kinds: Kinds,
     /// The input index of each row.
@@ -61,7 +68,8 @@ pub(super) enum Kinds {
     Inferred { timestamps: bool },
     /// Declared columns': any value arrow-json decodes exactly, of the JSON type it takes
     /// without a conversion of its own (a number for a number column, a string for a
-    /// string or timestamp column), never NULL.
+    /// string or timestamp column), or NULL; fields in the columns' order, any of them
+    /// missing (NULL), and fields the columns lack only with NULL values.
     Declared,
 }
 
@@ -112,6 +120,8 @@ impl FlatDecoder {
         Some(Self {
             schema: schema.clone(),
             names,
+            nulls: columns.iter().map(|_| None).collect(),
+            nullable: schema.fields().iter().map(|f| f.is_nullable()).collect(),
             columns,
             kinds,
             rows: Vec::with_capacity(rows),
@@ -130,55 +140,91 @@ impl FlatDecoder {
             for column in &mut self.columns {
                 column.truncate(n);
             }
+            for nulls in self.nulls.iter_mut().flatten() {
+                nulls.truncate(n);
+            }
             false
         }
     }
 
     fn fill(&mut self, r: &mut Reader) -> Taken {
+        let declared = self.kinds == Kinds::Declared;
         r.ws();
         r.expect(b'{')?;
+        r.ws();
         // The next field of the shape.
         let mut k = 0;
-        loop {
-            r.ws();
-            r.expect(b'"')?;
-            let rest = &r.b[r.i..];
-            match self.names.get(k) {
-                Some(name) if rest.starts_with(name) && rest.get(name.len()) == Some(&b'"') => {
-                    r.i += name.len() + 1;
-                    r.ws();
-                    r.expect(b':')?;
-                    r.ws();
-                    self.columns[k].take(r, self.kinds)?;
-                    k += 1;
+        if r.b.get(r.i) == Some(&b'}') {
+            r.i += 1;
+        } else {
+            loop {
+                r.expect(b'"')?;
+                let rest = &r.b[r.i..];
+                let at = match self.names.get(k) {
+                    Some(name) if rest.starts_with(name) && rest.get(name.len()) == Some(&b'"') => {
+                        r.i += name.len() + 1;
+                        Some(k)
+                    }
+                    _ => {
+                        let name = &rest[..plain_bytes(rest, false)];
+                        r.i += name.len();
+                        r.expect(b'"')?;
+                        std::str::from_utf8(name).map_err(|_| Refused)?;
+                        let at = self.names.iter().position(|n| **n == *name);
+                        match at {
+                            // Declared columns may be missing: the ones passed over are NULL.
+                            Some(j) if declared && j > k => Some(j),
+                            // A field repeated, or out of the shape's order.
+                            Some(_) => return Err(Refused),
+                            None => None,
+                        }
+                    }
+                };
+                r.ws();
+                r.expect(b':')?;
+                r.ws();
+                match at {
+                    Some(j) => {
+                        for missing in k..j {
+                            self.null(missing)?;
+                        }
+                        if declared && r.literal(b"null") {
+                            self.null(j)?;
+                        } else {
+                            self.columns[j].take(r, self.kinds)?;
+                            if let Some(nulls) = &mut self.nulls[j] {
+                                nulls.append(true);
+                            }
+                        }
+                        k = j + 1;
+                    }
+                    // A field the shape lacks has no value (the walk leaves NULLs out,
+                    // arrow-json passes over fields its schema lacks).
+                    None => {
+                        if !r.literal(b"null") {
+                            return Err(Refused);
+                        }
+                    }
                 }
-                // A field the shape lacks has no value (the walk leaves NULLs out, arrow-json
-                // passes over fields its schema lacks); a field it has, repeated, is the
-                // walk's to settle.
-                _ => {
-                    let name = &rest[..plain_bytes(rest, true)];
-                    r.i += name.len();
-                    r.expect(b'"')?;
-                    if self.names.iter().any(|n| **n == *name) {
-                        return Err(Refused);
+                r.ws();
+                match r.b.get(r.i) {
+                    Some(b',') => {
+                        r.i += 1;
+                        r.ws();
                     }
-                    r.ws();
-                    r.expect(b':')?;
-                    r.ws();
-                    if !r.literal(b"null") {
-                        return Err(Refused);
+                    Some(b'}') => {
+                        r.i += 1;
+                        break;
                     }
+                    _ => return Err(Refused),
                 }
             }
-            r.ws();
-            match r.b.get(r.i) {
-                Some(b',') => r.i += 1,
-                Some(b'}') => {
-                    r.i += 1;
-                    break;
-                }
-                _ => return Err(Refused),
+        }
+        if declared {
+            for missing in k..self.names.len() {
+                self.null(missing)?;
             }
+            k = self.names.len();
         }
         r.ws();
         match k == self.names.len() && r.i == r.b.len() {
@@ -187,12 +233,30 @@ impl FlatDecoder {
         }
     }
 
+    /// A NULL in column `k` (declared columns, where the column may hold one).
+    fn null(&mut self, k: usize) -> Taken {
+        if self.kinds != Kinds::Declared || !self.nullable[k] {
+            return Err(Refused);
+        }
+        let rows = self.rows.len();
+        self.nulls[k]
+            .get_or_insert_with(|| {
+                let mut valid = BooleanBufferBuilder::new(rows + 1);
+                valid.append_n(rows, true);
+                valid
+            })
+            .append(false);
+        self.columns[k].placeholder();
+        Ok(())
+    }
+
     /// The records taken, as one batch of the schema, with their input indices.
     pub(super) fn finish(self) -> Result<Group, String> {
         let columns = self
             .columns
             .into_iter()
-            .map(Column::finish)
+            .zip(self.nulls)
+            .map(|(column, nulls)| column.finish(nulls.map(|mut n| NullBuffer::new(n.finish()))))
             .collect::<Result<Vec<_>, _>>()?;
         let batch = RecordBatch::try_new(self.schema, columns).map_err(|e| e.to_string())?;
         Ok(Group {
@@ -272,6 +336,17 @@ impl Column {
         Ok(())
     }
 
+    /// A value standing for a NULL.
+    fn placeholder(&mut self) {
+        match self {
+            Column::Long(values) | Column::Timestamp(values, _) => values.push(0),
+            Column::Int(values) => values.push(0),
+            Column::Double(values) => values.push(0.0),
+            Column::Text(offsets, values) => offsets.push(values.len() as i32),
+            Column::Boolean(values) => values.append(false),
+        }
+    }
+
     /// Back to the first `rows` values.
     fn truncate(&mut self, rows: usize) {
         match self {
@@ -287,21 +362,21 @@ impl Column {
         }
     }
 
-    fn finish(self) -> Result<ArrayRef, String> {
+    fn finish(self, nulls: Option<NullBuffer>) -> Result<ArrayRef, String> {
         Ok(match self {
-            Column::Long(values) => Arc::new(Int64Array::new(values.into(), None)),
-            Column::Int(values) => Arc::new(Int32Array::new(values.into(), None)),
-            Column::Double(values) => Arc::new(Float64Array::new(values.into(), None)),
+            Column::Long(values) => Arc::new(Int64Array::new(values.into(), nulls)),
+            Column::Int(values) => Arc::new(Int32Array::new(values.into(), nulls)),
+            Column::Double(values) => Arc::new(Float64Array::new(values.into(), nulls)),
             Column::Text(offsets, values) => {
                 let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
                 Arc::new(
-                    StringArray::try_new(offsets, Buffer::from_vec(values), None)
+                    StringArray::try_new(offsets, Buffer::from_vec(values), nulls)
                         .map_err(|e| e.to_string())?,
                 )
             }
-            Column::Boolean(mut values) => Arc::new(BooleanArray::new(values.finish(), None)),
+            Column::Boolean(mut values) => Arc::new(BooleanArray::new(values.finish(), nulls)),
             Column::Timestamp(values, tz) => Arc::new(
-                TimestampMicrosecondArray::new(values.into(), None)
+                TimestampMicrosecondArray::new(values.into(), nulls)
                     .with_timezone_opt(tz.map(|(name, _)| name)),
             ),
         })
@@ -572,6 +647,23 @@ mod tests {
         assert_eq!(Some(group.batch), by_arrow_json(&schema, &both));
     }
 
+    #[test]
+    fn a_refused_declared_record_leaves_the_nulls_as_they_were() {
+        let schema = declared();
+        let good = [
+            r#"{"l": 1, "s": "x", "b": true}"#,
+            r#"{"l": null, "i": 2, "d": 1, "s": null, "b": false, "t": "2024-05-01"}"#,
+        ];
+        let mut decoder = FlatDecoder::new(&schema, Kinds::Declared, 4).unwrap();
+        assert!(decoder.push(good[0].as_bytes(), 0));
+        // NULLs taken, then refused at its last field.
+        assert!(!decoder.push(br#"{"l": null, "s": null, "b": true, "z": 5}"#, 1));
+        assert!(decoder.push(good[1].as_bytes(), 2));
+        let group = decoder.finish().unwrap();
+        assert_eq!(group.rows, vec![0, 2]);
+        assert_eq!(Some(group.batch), by_arrow_json(&schema, &good.join("\n")));
+    }
+
     /// A JSON value's text, of every kind the walk tells apart and some it does not settle.
     fn value() -> impl Strategy<Value = String> {
         prop_oneof![
@@ -721,24 +813,31 @@ mod tests {
             )
             .replacen('}', "", 1)
                 + "}",
+            row("1", "2", "3.5", "null", r#""2024-05-01""#),
+            r#"{"l": 1, "i": 2, "d": 3.5, "s": "x", "b": true, "t": "2024-05-01"}"#.to_string(),
+            r#"{"b": false, "extra": null}"#.to_string(),
+            r#"{"l": null, "i": null, "d": null, "s": null, "b": true, "t": null, "z": null}"#
+                .to_string(),
         ];
         for r in &taken {
             assert!(check_declared(&schema, r), "{r:?} not taken");
         }
-        // Left to arrow-json (or refused by it): values it converts, NULLs, missing, extra
-        // or reordered fields, numbers the walk does not settle.
+        // Left to arrow-json (or refused by it): values it converts, a NULL or no value for a
+        // NOT NULL column, extra fields with values, reordered or repeated fields, numbers the
+        // walk does not settle.
         let refused = [
             row("1.5", "2", "3.5", r#""x""#, r#""2024-05-01""#),
             row("1", "2147483648", "3.5", r#""x""#, r#""2024-05-01""#),
             row(r#""1""#, "2", "3.5", r#""x""#, r#""2024-05-01""#),
             row("1", "2", "1e3", r#""x""#, r#""2024-05-01""#),
             row("1", "2", "3.5", "1", r#""2024-05-01""#),
-            row("1", "2", "3.5", "null", r#""2024-05-01""#),
             row("1", "2", "3.5", r#""x""#, "1714557600000000"),
             row("1", "2", "3.5", r#""x""#, r#""yesterday""#),
             row("-0", "2", "3.5", r#""x""#, r#""2024-05-01""#),
             r#"{"i": 2, "l": 1, "d": 3.5, "s": "x", "b": true, "t": "2024-05-01", "z": "2024-05-01"}"#.to_string(),
-            r#"{"l": 1, "i": 2, "d": 3.5, "s": "x", "b": true, "t": "2024-05-01"}"#.to_string(),
+            r#"{"l": 1, "i": 2, "d": 3.5, "s": "x", "t": "2024-05-01"}"#.to_string(),
+            r#"{"l": 1, "i": 2, "d": 3.5, "s": "x", "b": null, "t": "2024-05-01"}"#.to_string(),
+            r#"{"l": 1, "b": true, "l": 2}"#.to_string(),
             format!("{} , \"extra\": 1", row("1", "2", "3.5", r#""x""#, r#""2024-05-01""#))
                 .replacen('}', "", 1)
                 + "}",

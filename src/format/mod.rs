@@ -733,8 +733,9 @@ fn decode_changes(schema: &SchemaRef, records: &[&[u8]]) -> Result<Decoded> {
 }
 
 /// `records` into declared columns `schema` by a [`FlatDecoder`], when it takes every one
-/// (records of the columns in their order, with values of their types): the rows keep the
-/// records' order, which a part taken by arrow-json would break.
+/// (records with the columns' fields in their order, some missing or NULL, with values of
+/// their types): the rows keep the records' order, which a part taken by arrow-json would
+/// break.
 fn decode_flat(schema: &SchemaRef, records: &[&[u8]]) -> Option<Group> {
     if records.is_empty() {
         return None;
