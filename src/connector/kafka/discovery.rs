@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::context::ReaderContext;
@@ -65,7 +65,7 @@ pub fn new_partitions(
 /// List the partitions of the source's topics and decide where the new ones start.
 /// An `Err` means the broker could not be asked (the reader retries).
 pub fn discover(
-    consumer: &StreamConsumer<ReaderContext>,
+    consumer: &BaseConsumer<ReaderContext>,
     options: &KafkaOptions,
     request: &Request,
     timeout: Duration,
@@ -85,7 +85,7 @@ pub fn discover(
 
 /// The partitions of the topics, and the topics that do not exist.
 fn list(
-    consumer: &StreamConsumer<ReaderContext>,
+    consumer: &BaseConsumer<ReaderContext>,
     topics: &Topics,
     timeout: Duration,
 ) -> Result<(Vec<TopicPartition>, Vec<String>), String> {
@@ -133,7 +133,7 @@ fn list(
 /// Resolve `mode` to a start for each partition. Latest and timestamp positions come from
 /// the broker's list-offsets answers (see the README for a broker that gets them wrong).
 fn resolve(
-    consumer: &StreamConsumer<ReaderContext>,
+    consumer: &BaseConsumer<ReaderContext>,
     options: &KafkaOptions,
     mode: StartupMode,
     partitions: Vec<TopicPartition>,

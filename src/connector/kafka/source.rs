@@ -23,8 +23,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
-use futures::{FutureExt, StreamExt};
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
@@ -41,17 +40,26 @@ use crate::task::AbortOnDrop;
 const POLL_WAIT: Duration = Duration::from_millis(100);
 /// How long a poll that has messages waits for more.
 const POLL_LINGER: Duration = Duration::from_millis(50);
+/// How often a poll waiting for messages looks at the queue without being woken.
+const IDLE_LOOK: Duration = Duration::from_millis(5);
+/// The most messages a poll makes room for at its start (a poll of the job's default size
+/// never grows its list).
+const GATHER_CAPACITY: usize = 32_768;
 /// How soon a failed or incomplete discovery is tried again.
 const RETRY: Duration = Duration::from_secs(1);
 /// The longest one metadata or offsets request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest a dropped reader waits for its consumer to close.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// Reads one Kafka source.
 pub struct KafkaReader {
     source: String,
     schema: SchemaRef,
     options: Arc<KafkaOptions>,
-    consumer: Arc<StreamConsumer<ReaderContext>>,
+    consumer: Arc<BaseConsumer<ReaderContext>>,
+    /// Woken by librdkafka when the consumer's queue stops being empty.
+    ready: Arc<tokio::sync::Notify>,
     /// Every partition known, and where it goes on.
     positions: BTreeMap<TopicPartition, Start>,
     /// The partitions librdkafka fetches.
@@ -74,7 +82,7 @@ pub struct KafkaReader {
 
 impl KafkaReader {
     pub fn try_new(source: &str, schema: SchemaRef, options: KafkaOptions) -> Result<Self> {
-        let consumer: StreamConsumer<ReaderContext> = options
+        let mut consumer: BaseConsumer<ReaderContext> = options
             .client_config()
             .create_with_context(ReaderContext::default())
             .map_err(|e| {
@@ -83,11 +91,17 @@ impl KafkaReader {
                     options.servers()
                 ))
             })?;
+        // A permit when no poll waits: a message queued between a poll finding the queue
+        // empty and its waiting still wakes it.
+        let ready = Arc::new(tokio::sync::Notify::new());
+        let wake = ready.clone();
+        consumer.set_nonempty_callback(move || wake.notify_one());
         Ok(Self {
             source: source.to_string(),
             schema,
             options: Arc::new(options),
             consumer: Arc::new(consumer),
+            ready,
             positions: BTreeMap::new(),
             assigned: BTreeSet::new(),
             finished: BTreeSet::new(),
@@ -267,24 +281,26 @@ impl KafkaReader {
     /// are looked up once per run and written back once per poll.
     async fn gather(&mut self, max_rows: usize) -> Result<Vec<Raw>> {
         let consumer = self.consumer.clone();
-        // One stream for the whole poll: a message waits for a wake-up only when none is
-        // queued.
-        let mut messages = consumer.stream();
-        let mut raw: Vec<Raw> = Vec::new();
+        let mut raw: Vec<Raw> = Vec::with_capacity(max_rows.clamp(1, GATHER_CAPACITY));
         let mut runs: Vec<Run> = Vec::new();
         // The run of the last message, in `runs`.
         let mut current: Option<usize> = None;
         let mut deadline = tokio::time::Instant::now() + POLL_WAIT;
         while raw.len() < max_rows.max(1) {
             // Cancel safe: a message is taken from the queue only when it is returned.
-            let next = match messages.next().now_or_never() {
-                Some(next) => next,
-                None => match tokio::time::timeout_at(deadline, messages.next()).await {
-                    Ok(next) => next,
-                    Err(_) => break,
-                },
+            let Some(next) = consumer.poll(Duration::ZERO) else {
+                // Nothing queued, or an event served that was no message: wait for a
+                // message (librdkafka wakes the reader when its queue stops being empty),
+                // looking again at least every `IDLE_LOOK` in case the queue was not empty.
+                let now = tokio::time::Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                let wait = deadline.min(now + IDLE_LOOK);
+                let _ = tokio::time::timeout_at(wait, self.ready.notified()).await;
+                continue;
             };
-            match next.expect("Kafka message streams never end") {
+            match next {
                 Ok(m) => {
                     let partition = m.partition();
                     let topic = m.topic();
@@ -365,6 +381,22 @@ impl KafkaReader {
                 self.positions
                     .insert(TopicPartition::clone(&run.tp), Start::At(next));
             }
+        }
+    }
+}
+
+impl Drop for KafkaReader {
+    /// Close the consumer here: rdkafka's own close on drop waits for it 100 ms at a time,
+    /// which every bounded job paid at its end.
+    fn drop(&mut self) {
+        if self.consumer.close_queue().is_err() {
+            return;
+        }
+        let until = Instant::now() + CLOSE_WAIT;
+        while !self.consumer.closed() && Instant::now() < until {
+            // Serves the close; a message still queued is dropped (its position was never
+            // returned).
+            let _ = self.consumer.poll(Duration::from_millis(1));
         }
     }
 }
