@@ -97,10 +97,19 @@ pub struct AvroDecoder {
     source: Source,
     /// By schema id (Confluent) or schema version UUID (Glue).
     writers: Mutex<HashMap<u128, Writer>>,
+    /// arrow-avro decoders not in use, by writer schema key: building one parses its
+    /// schema, so decoders are kept between polls (one per thread decoding at a time).
+    idle: Mutex<Vec<(u128, arrow_avro::reader::Decoder)>>,
 }
 
-/// The key the given schema is filed under, and the id arrow-avro decodes bodies with.
+/// The most idle arrow-avro decoders kept.
+const IDLE_DECODERS: usize = 16;
+
+/// The key the given schema is filed under.
 const GIVEN: u32 = 0;
+/// The schema id in the header floe puts before each body for arrow-avro (a value records
+/// are unlikely to end with).
+const FRAME: u32 = 0xf10e_a7b0;
 
 /// Glue's header: version byte 3, then the compression byte.
 const GLUE_VERSION: u8 = 3;
@@ -125,6 +134,7 @@ impl AvroDecoder {
                         client: reqwest::Client::new(),
                     },
                     writers: Mutex::default(),
+                    idle: Mutex::default(),
                 })
             }
             "avro-glue" => Ok(Self {
@@ -135,6 +145,7 @@ impl AvroDecoder {
                     client: tokio::sync::OnceCell::new(),
                 },
                 writers: Mutex::default(),
+                idle: Mutex::default(),
             }),
             _ => {
                 let text = match (
@@ -160,6 +171,7 @@ impl AvroDecoder {
                 Ok(Self {
                     source: Source::Given,
                     writers: Mutex::new(HashMap::from([(u128::from(GIVEN), writer)])),
+                    idle: Mutex::default(),
                 })
             }
         }
@@ -185,12 +197,19 @@ impl AvroDecoder {
 
     /// The writer schema key (a Confluent id or a Glue UUID) and body of `record`.
     fn split<'a>(&self, record: &'a [u8]) -> std::result::Result<(u128, Cow<'a, [u8]>), String> {
+        let (id, body) = self.header(record)?;
+        Ok((id, body.inflated()?))
+    }
+
+    /// The writer schema key of `record` and its body as it is (compressed or not), from
+    /// its header.
+    fn header<'a>(&self, record: &'a [u8]) -> std::result::Result<(u128, Body<'a>), String> {
         match self.source {
-            Source::Given => Ok((u128::from(GIVEN), Cow::Borrowed(record))),
+            Source::Given => Ok((u128::from(GIVEN), Body::Plain(record))),
             Source::Registry { .. } => match record {
                 [0, a, b, c, d, body @ ..] => Ok((
                     u128::from(u32::from_be_bytes([*a, *b, *c, *d])),
-                    Cow::Borrowed(body),
+                    Body::Plain(body),
                 )),
                 [m, ..] => Err(format!(
                     "not in the Confluent wire format: the first byte is {m}, not the magic byte 0"
@@ -211,16 +230,8 @@ impl AvroDecoder {
                 let id = u128::from_be_bytes(record[2..18].try_into().unwrap_or_default());
                 let body = &record[18..];
                 match record[1] {
-                    GLUE_UNCOMPRESSED => Ok((id, Cow::Borrowed(body))),
-                    GLUE_ZLIB => {
-                        let mut out = Vec::new();
-                        flate2::read::ZlibDecoder::new(body)
-                            .read_to_end(&mut out)
-                            .map_err(|e| {
-                                format!("the zlib-compressed body does not inflate: {e}")
-                            })?;
-                        Ok((id, Cow::Owned(out)))
-                    }
+                    GLUE_UNCOMPRESSED => Ok((id, Body::Plain(body))),
+                    GLUE_ZLIB => Ok((id, Body::Zlib(body))),
                     other => Err(format!(
                         "unknown Glue compression byte {other} (0 is none, 5 is zlib)"
                     )),
@@ -235,16 +246,23 @@ impl AvroDecoder {
         if matches!(self.source, Source::Given) {
             return Ok(());
         }
-        let mut missing: Vec<u128> = {
+        let mut missing: Vec<u128> = Vec::new();
+        {
             let writers = self.lock()?;
-            records
-                .iter()
-                .filter_map(|r| self.split(r).ok().map(|(id, _)| id))
-                .filter(|id| !writers.contains_key(id))
-                .collect()
-        };
-        missing.sort_unstable();
-        missing.dedup();
+            let mut last = None;
+            for r in records {
+                let Ok((id, _)) = self.header(r) else {
+                    continue;
+                };
+                // Records come in runs of one schema: a run is looked up once.
+                if last.replace(id) != Some(id)
+                    && !writers.contains_key(&id)
+                    && !missing.contains(&id)
+                {
+                    missing.push(id);
+                }
+            }
+        }
         for id in missing {
             let found = match &self.source {
                 Source::Registry {
@@ -284,32 +302,37 @@ impl AvroDecoder {
     /// schema each; the others are returned with their errors.
     pub fn decode(&self, records: &[&[u8]]) -> Result<Decoded> {
         let mut errors = Vec::new();
-        let mut order: Vec<u128> = Vec::new();
-        let mut by_id: HashMap<u128, Vec<usize>> = HashMap::new();
+        // Rows by writer schema, in the order the schemas first appear (a poll has few).
+        let mut by_id: Vec<(u128, Vec<usize>)> = Vec::new();
+        let mut at = 0;
         let mut bodies: Vec<Cow<'_, [u8]>> = Vec::with_capacity(records.len());
         for (i, r) in records.iter().enumerate() {
-            match self.split(r) {
+            let id = match self.split(r) {
                 Ok((id, body)) => {
-                    by_id
-                        .entry(id)
-                        .or_insert_with(|| {
-                            order.push(id);
-                            Vec::new()
-                        })
-                        .push(i);
                     bodies.push(body);
+                    id
                 }
                 Err(e) => {
                     errors.push((i, e));
                     bodies.push(Cow::Borrowed(&[]));
+                    continue;
                 }
+            };
+            if by_id.get(at).is_none_or(|(k, _)| *k != id) {
+                at = match by_id.iter().position(|(k, _)| *k == id) {
+                    Some(j) => j,
+                    None => {
+                        by_id.push((id, Vec::new()));
+                        by_id.len() - 1
+                    }
+                };
             }
+            by_id[at].1.push(i);
         }
-        let writers = self.lock()?.clone();
         let mut groups = Vec::new();
-        for id in order {
-            let rows = by_id.remove(&id).unwrap_or_default();
-            let (avro, arrow) = match writers.get(&id) {
+        for (id, rows) in by_id {
+            let writer = self.lock()?.get(&id).cloned();
+            let (avro, arrow) = match writer {
                 Some(Writer::Known { avro, arrow }) => (avro, arrow),
                 Some(Writer::Unusable(why)) => {
                     errors.extend(rows.iter().map(|&i| (i, why.clone())));
@@ -321,15 +344,19 @@ impl AvroDecoder {
                     continue;
                 }
             };
-            let bodies: Vec<&[u8]> = rows.iter().map(|&i| bodies[i].as_ref()).collect();
-            match decode_bodies(avro, arrow, &bodies) {
+            let framed = Framed::new(rows.iter().map(|&i| bodies[i].as_ref()));
+            let frames = framed.frames();
+            match self.decode_group(id, &avro, &arrow, &frames) {
                 Ok(batch) => groups.push(Group { batch, rows }),
                 Err(_) => {
                     // Find the bad ones: decode one by one.
                     let mut good = Vec::new();
                     let mut kept = Vec::new();
-                    for (j, body) in bodies.iter().enumerate() {
-                        match decode_bodies(avro, arrow, std::slice::from_ref(body)) {
+                    for (j, frame) in frames.iter().enumerate() {
+                        let one = build_decoder(&avro).and_then(|mut decoder| {
+                            decode_frames(&mut decoder, &arrow, std::slice::from_ref(frame))
+                        });
+                        match one {
                             Ok(b) => {
                                 good.push(b);
                                 kept.push(rows[j]);
@@ -338,7 +365,7 @@ impl AvroDecoder {
                         }
                     }
                     if !good.is_empty() {
-                        let batch = datafusion::arrow::compute::concat_batches(arrow, &good)
+                        let batch = datafusion::arrow::compute::concat_batches(&arrow, &good)
                             .map_err(|e| Error::Internal(format!("joining Avro records: {e}")))?;
                         groups.push(Group { batch, rows: kept });
                     }
@@ -347,6 +374,91 @@ impl AvroDecoder {
         }
         errors.sort_by_key(|(i, _)| *i);
         Ok(Decoded { groups, errors })
+    }
+
+    /// Decode `frames` of writer schema `id` with an idle decoder of it (or a new one), kept
+    /// for the next poll when they all decode.
+    fn decode_group(
+        &self,
+        id: u128,
+        avro: &AvroSchema,
+        arrow: &SchemaRef,
+        frames: &[&[u8]],
+    ) -> std::result::Result<RecordBatch, String> {
+        let idle = {
+            let mut idle = self.idle.lock().map_err(|_| "decoder pool poisoned")?;
+            idle.iter()
+                .position(|(k, _)| *k == id)
+                .map(|j| idle.swap_remove(j).1)
+        };
+        let mut decoder = match idle {
+            Some(d) => d,
+            None => build_decoder(avro)?,
+        };
+        // A decoder that failed may hold part of a record: it is dropped.
+        let batch = decode_frames(&mut decoder, arrow, frames)?;
+        if let Ok(mut idle) = self.idle.lock()
+            && idle.len() < IDLE_DECODERS
+        {
+            idle.push((id, decoder));
+        }
+        Ok(batch)
+    }
+}
+
+/// A record's body after its header: as it is, or compressed with zlib.
+enum Body<'a> {
+    Plain(&'a [u8]),
+    Zlib(&'a [u8]),
+}
+
+impl<'a> Body<'a> {
+    fn inflated(self) -> std::result::Result<Cow<'a, [u8]>, String> {
+        match self {
+            Body::Plain(body) => Ok(Cow::Borrowed(body)),
+            Body::Zlib(body) => {
+                let mut out = Vec::new();
+                flate2::read::ZlibDecoder::new(body)
+                    .read_to_end(&mut out)
+                    .map_err(|e| format!("the zlib-compressed body does not inflate: {e}"))?;
+                Ok(Cow::Owned(out))
+            }
+        }
+    }
+}
+
+/// Bodies behind a Confluent header naming [`FRAME`], one after the other: a body is never
+/// mistaken for a header, whatever its first bytes, and bytes left over after a body are
+/// taken for a header only when they are exactly this one.
+struct Framed {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Framed {
+    fn new<'a>(bodies: impl ExactSizeIterator<Item = &'a [u8]> + Clone) -> Self {
+        let size = bodies.clone().map(|b| b.len() + 5).sum();
+        let mut bytes = Vec::with_capacity(size);
+        let mut ends = Vec::with_capacity(bodies.len());
+        for b in bodies {
+            bytes.push(0);
+            bytes.extend_from_slice(&FRAME.to_be_bytes());
+            bytes.extend_from_slice(b);
+            ends.push(bytes.len());
+        }
+        Self { bytes, ends }
+    }
+
+    fn frames(&self) -> Vec<&[u8]> {
+        let mut start = 0;
+        self.ends
+            .iter()
+            .map(|&end| {
+                let frame = &self.bytes[start..end];
+                start = end;
+                frame
+            })
+            .collect()
     }
 }
 
@@ -484,15 +596,16 @@ fn probe_schema(avro: &AvroSchema) -> std::result::Result<SchemaRef, String> {
     Ok(build_decoder(avro)?.schema())
 }
 
+/// A decoder of bodies of `avro` each behind a Confluent header naming [`FRAME`].
 fn build_decoder(avro: &AvroSchema) -> std::result::Result<arrow_avro::reader::Decoder, String> {
     let mut store = SchemaStore::new_with_type(FingerprintAlgorithm::Id);
     store
-        .set(Fingerprint::Id(GIVEN), avro.clone())
+        .set(Fingerprint::Id(FRAME), avro.clone())
         .map_err(|e| e.to_string())?;
     ReaderBuilder::new()
         .with_batch_size(1 << 20)
         .with_writer_schema_store(store)
-        .with_active_fingerprint(Fingerprint::Id(GIVEN))
+        .with_active_fingerprint(Fingerprint::Id(FRAME))
         .build_decoder()
         .map_err(|e| e.to_string())
 }
@@ -586,40 +699,36 @@ fn plain_type(t: &DataType) -> DataType {
     }
 }
 
-/// Decode Avro bodies written with `avro` into a batch of `arrow` (their floe schema).
-fn decode_bodies(
-    avro: &AvroSchema,
+/// Decode `frames` (each one record in the Confluent framing `decoder` reads) into a batch
+/// of `arrow` (their floe schema). Fails at the first record that does not decode or has
+/// bytes left over.
+fn decode_frames(
+    decoder: &mut arrow_avro::reader::Decoder,
     arrow: &SchemaRef,
-    bodies: &[&[u8]],
+    frames: &[&[u8]],
 ) -> std::result::Result<RecordBatch, String> {
-    let mut decoder = build_decoder(avro)?;
-    // Each body behind a Confluent header naming the one schema: a body is never mistaken
-    // for a header, whatever its first bytes.
-    let mut framed = Vec::with_capacity(bodies.iter().map(|b| b.len() + 5).sum());
-    for b in bodies {
-        framed.push(0);
-        framed.extend_from_slice(&GIVEN.to_be_bytes());
-        framed.extend_from_slice(b);
-    }
-    let mut at = 0;
-    while at < framed.len() {
-        let n = decoder.decode(&framed[at..]).map_err(|e| e.to_string())?;
-        if n == 0 {
-            return Err("the record ends before its last field".to_string());
+    const LEFT_OVER: &str = "bytes left over after the record";
+    for frame in frames {
+        let room = decoder.capacity();
+        let taken = decoder.decode(frame);
+        // arrow-avro goes on past a record's end: what follows it must be the next one.
+        match (taken, room - decoder.capacity()) {
+            (Ok(n), 1) if n == frame.len() => {}
+            (_, rows) if rows > 0 => return Err(LEFT_OVER.to_string()),
+            (Err(e), _) => return Err(e.to_string()),
+            (Ok(_), _) => return Err("the record ends before its last field".to_string()),
         }
-        at += n;
+    }
+    // Bytes left over that read as a header leave the decoder waiting for a body (and read
+    // the next record's header as one): a byte that is no header is then taken as the start
+    // of a body, where a decoder between records refuses it.
+    if decoder.decode(&[0xff]).is_ok() {
+        return Err(LEFT_OVER.to_string());
     }
     let batch = decoder
         .flush()
         .map_err(|e| e.to_string())?
-        .ok_or_else(|| "the record ends before its last field".to_string())?;
-    if batch.num_rows() != bodies.len() {
-        return Err(format!(
-            "{} records decoded into {} rows (a record has bytes left over or is cut short)",
-            bodies.len(),
-            batch.num_rows()
-        ));
-    }
+        .ok_or_else(|| "no record to decode".to_string())?;
     let columns = crate::schema::types::cast_to_fields(batch.columns(), arrow.fields())
         .map_err(|(_, e)| e.to_string())?;
     let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
@@ -744,6 +853,65 @@ mod tests {
         let pair = ("avro.schema".to_string(), schema.to_string());
         let mut o = Options::try_new("t", [pair]).unwrap();
         AvroDecoder::try_new("avro", &mut o).unwrap()
+    }
+
+    #[test]
+    fn records_with_bytes_left_over_or_cut_short_are_named_alone() {
+        let d = given(SCHEMA);
+        let a = order(1, false, None);
+        let mut long = order(2, true, None);
+        long.push(7);
+        let mut twice = order(3, true, None);
+        twice.extend(order(4, true, None));
+        let short = &a[..a.len() - 1];
+        let b = order(5, false, Some("ok"));
+        let Decoded { groups, errors } = d.decode(&[&a, &long, &twice, short, &b]).unwrap();
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].rows, vec![0, 4]);
+        let ids = groups[0].batch.column(0).as_primitive::<Int64Type>();
+        assert_eq!(ids.values().to_vec(), vec![1, 5]);
+        let why: Vec<(usize, &str)> = errors.iter().map(|(i, e)| (*i, e.as_str())).collect();
+        assert_eq!(why[0], (1, "bytes left over after the record"));
+        assert_eq!(why[1], (2, "bytes left over after the record"));
+        assert_eq!(why[2].0, 3);
+        assert_eq!(errors.len(), 3);
+        // The decoder kept from the first poll decodes the next one.
+        let Decoded { groups, errors } = d.decode(&[&b, &a]).unwrap();
+        assert!(errors.is_empty(), "{errors:?}");
+        let ids = groups[0].batch.column(0).as_primitive::<Int64Type>();
+        assert_eq!(ids.values().to_vec(), vec![5, 1]);
+    }
+
+    #[test]
+    fn registry_records_group_by_schema_and_bad_ones_are_named() {
+        let d = AvroDecoder {
+            source: Source::Registry {
+                url: "http://127.0.0.1:1".into(),
+                user_info: None,
+                client: reqwest::Client::new(),
+            },
+            writers: Mutex::new(HashMap::from([(7, writer(SCHEMA))])),
+            idle: Mutex::default(),
+        };
+        let framed = |id: u32, body: Vec<u8>| [vec![0], id.to_be_bytes().to_vec(), body].concat();
+        let a = framed(7, order(1, false, None));
+        let mut long = framed(7, order(2, true, None));
+        long.extend([0, 0, 0, 0, 7]);
+        let b = framed(7, order(3, true, Some("x")));
+        let other = framed(8, order(4, true, None));
+        let Decoded { groups, errors } = d.decode(&[&a, &long, &other, &b]).unwrap();
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].rows, vec![0, 3]);
+        let ids = groups[0].batch.column(0).as_primitive::<Int64Type>();
+        assert_eq!(ids.values().to_vec(), vec![1, 3]);
+        let why: Vec<(usize, &str)> = errors.iter().map(|(i, e)| (*i, e.as_str())).collect();
+        assert_eq!(
+            why,
+            vec![
+                (1, "bytes left over after the record"),
+                (2, "schema 8 was not fetched from the registry")
+            ]
+        );
     }
 
     #[test]
