@@ -35,6 +35,7 @@
 mod context;
 mod discovery;
 mod offsets;
+mod queue;
 mod records;
 mod source;
 

@@ -30,6 +30,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::context::ReaderContext;
 use super::discovery::{self, Discovered, Request, Start};
+use super::queue::{Fetched, Incoming, Taken};
 use super::records::{Raw, decode};
 use super::{KafkaOptions, StartupMode, TopicPartition, parse_offsets};
 use crate::connector::{Offsets, Poll, SourceReader};
@@ -58,8 +59,8 @@ pub struct KafkaReader {
     schema: SchemaRef,
     options: Arc<KafkaOptions>,
     consumer: Arc<BaseConsumer<ReaderContext>>,
-    /// Woken by librdkafka when the consumer's queue stops being empty.
-    ready: Arc<tokio::sync::Notify>,
+    /// Where the assigned partitions' messages are taken from, a batch at a time.
+    fetched: Fetched<ReaderContext>,
     /// Every partition known, and where it goes on.
     positions: BTreeMap<TopicPartition, Start>,
     /// The partitions librdkafka fetches.
@@ -91,17 +92,21 @@ impl KafkaReader {
                     options.servers()
                 ))
             })?;
-        // A permit when no poll waits: a message queued between a poll finding the queue
+        // A permit when no poll waits: a message queued between a poll finding the queues
         // empty and its waiting still wakes it.
         let ready = Arc::new(tokio::sync::Notify::new());
         let wake = ready.clone();
         consumer.set_nonempty_callback(move || wake.notify_one());
+        let consumer = Arc::new(consumer);
+        let fetched = Fetched::new(consumer.clone(), ready).ok_or_else(|| {
+            Error::Internal(format!("Kafka source '{source}': librdkafka gave no queue"))
+        })?;
         Ok(Self {
             source: source.to_string(),
             schema,
             options: Arc::new(options),
-            consumer: Arc::new(consumer),
-            ready,
+            consumer,
+            fetched,
             positions: BTreeMap::new(),
             assigned: BTreeSet::new(),
             finished: BTreeSet::new(),
@@ -206,6 +211,7 @@ impl KafkaReader {
             self.positions.insert(tp, start);
         }
         if tpl.count() > 0 {
+            self.forward(&tpl)?;
             self.consumer.incremental_assign(&tpl).map_err(|e| {
                 Error::Source(format!(
                     "Kafka source '{}': assigning partitions: {e}",
@@ -242,6 +248,7 @@ impl KafkaReader {
             add(&mut tpl, tp, *start)?;
             self.assigned.insert(tp.clone());
         }
+        self.forward(&tpl)?;
         self.consumer.incremental_assign(&tpl).map_err(|e| {
             Error::Source(format!(
                 "Kafka source '{}': assigning {topic}: {e}",
@@ -274,89 +281,112 @@ impl KafkaReader {
         Ok(())
     }
 
+    /// Forward the partitions of `tpl` to the reader's queue. Done before they are assigned:
+    /// librdkafka then never forwards them to the consumer's queue.
+    fn forward(&self, tpl: &TopicPartitionList) -> Result<()> {
+        for e in tpl.elements() {
+            if !self.fetched.forward(e.topic(), e.partition()) {
+                return Err(Error::Internal(format!(
+                    "Kafka source '{}': librdkafka gave no queue for {}:{}",
+                    self.source,
+                    e.topic(),
+                    e.partition()
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Take messages from librdkafka: up to `max_rows`, for at most `POLL_WAIT`.
     ///
     /// Per message this only compares the partition with the previous message's (they come
     /// in runs of a fetch's batch) and copies the key and payload: the partitions' positions
     /// are looked up once per run and written back once per poll.
     async fn gather(&mut self, max_rows: usize) -> Result<Vec<Raw>> {
-        let consumer = self.consumer.clone();
-        let mut raw: Vec<Raw> = Vec::with_capacity(max_rows.clamp(1, GATHER_CAPACITY));
-        let mut runs: Vec<Run> = Vec::new();
-        // The run of the last message, in `runs`.
-        let mut current: Option<usize> = None;
+        let max_rows = max_rows.max(1);
+        let mut taking = Taking {
+            raw: Vec::with_capacity(max_rows.min(GATHER_CAPACITY)),
+            runs: Vec::new(),
+            current: None,
+        };
+        let mut ends = Vec::new();
+        // librdkafka clears a partition's forwarding when it stops fetching it (which may
+        // come after a new assignment forwarded it): forward again, and the messages the
+        // partition kept meanwhile follow in order.
+        for tp in &self.assigned {
+            self.fetched.forward(&tp.topic, tp.partition);
+        }
         let mut deadline = tokio::time::Instant::now() + POLL_WAIT;
-        while raw.len() < max_rows.max(1) {
-            // Cancel safe: a message is taken from the queue only when it is returned.
-            let Some(next) = consumer.poll(Duration::ZERO) else {
-                // Nothing queued, or an event served that was no message: wait for a
-                // message (librdkafka wakes the reader when its queue stops being empty),
-                // looking again at least every `IDLE_LOOK` in case the queue was not empty.
+        while taking.raw.len() < max_rows {
+            let before = taking.raw.len();
+            let mut served = false;
+            // The consumer's own queue: librdkafka's errors (and the messages of a partition
+            // that was never forwarded).
+            while taking.raw.len() < max_rows
+                && let Some(next) = self.consumer.poll(Duration::ZERO)
+            {
+                served = true;
+                match next {
+                    Ok(m) => taking.message(
+                        self,
+                        Incoming {
+                            topic: m.topic(),
+                            partition: m.partition(),
+                            offset: m.offset(),
+                            key: m.key(),
+                            payload: m.payload(),
+                            timestamp_ms: m.timestamp().to_millis(),
+                        },
+                    ),
+                    Err(KafkaError::PartitionEOF(p)) => ends.push(p),
+                    Err(KafkaError::MessageConsumptionFatal(code)) => {
+                        return Err(Error::Source(format!(
+                            "Kafka source '{}': fatal error from {}: {code}",
+                            self.source,
+                            self.options.servers()
+                        )));
+                    }
+                    // librdkafka retries by itself; the error is kept for messages.
+                    Err(e) => self.consumer.context().note(e.to_string()),
+                }
+            }
+            let room = max_rows - taking.raw.len();
+            let mut errors = Vec::new();
+            let took = self.fetched.take(room, |t| match t {
+                Taken::Message(m) => taking.message(self, m),
+                Taken::End(p) => ends.push(p),
+                Taken::Error(code) => errors.push(code),
+            });
+            for code in errors {
+                self.consumer
+                    .context()
+                    .note(KafkaError::MessageConsumption(code).to_string());
+            }
+            // Partitions that caught up leave the assignment: the runs start afresh.
+            if !ends.is_empty() {
+                self.keep(&taking.runs);
+                taking.runs.clear();
+                taking.current = None;
+                for p in ends.drain(..) {
+                    self.end_of_partition(p)?;
+                }
+            }
+            if before == 0 && !taking.raw.is_empty() {
+                deadline = deadline.min(tokio::time::Instant::now() + POLL_LINGER);
+            }
+            if took == 0 && !served {
+                // Nothing queued: wait for a message (librdkafka wakes the reader when a
+                // queue stops being empty), looking again at least every `IDLE_LOOK`.
                 let now = tokio::time::Instant::now();
                 if now >= deadline {
                     break;
                 }
                 let wait = deadline.min(now + IDLE_LOOK);
-                let _ = tokio::time::timeout_at(wait, self.ready.notified()).await;
-                continue;
-            };
-            match next {
-                Ok(m) => {
-                    let partition = m.partition();
-                    let topic = m.topic();
-                    let same = |r: &Run| r.tp.partition == partition && r.tp.topic == topic;
-                    let run = match current.filter(|&i| same(&runs[i])) {
-                        Some(i) => i,
-                        None => {
-                            let i = match runs.iter().position(same) {
-                                Some(i) => i,
-                                None => {
-                                    runs.push(self.run(TopicPartition::new(topic, partition)));
-                                    runs.len() - 1
-                                }
-                            };
-                            current = Some(i);
-                            i
-                        }
-                    };
-                    let run = &mut runs[run];
-                    let offset = m.offset();
-                    // Not ours, from before a reassignment, or already returned.
-                    if !run.fresh(offset) {
-                        continue;
-                    }
-                    run.next = Some(offset + 1);
-                    raw.push(Raw {
-                        tp: run.tp.clone(),
-                        offset,
-                        key: m.key().map(<[u8]>::to_vec),
-                        payload: m.payload().map(<[u8]>::to_vec),
-                        timestamp_ms: m.timestamp().to_millis(),
-                    });
-                    if raw.len() == 1 {
-                        deadline = deadline.min(tokio::time::Instant::now() + POLL_LINGER);
-                    }
-                }
-                Err(KafkaError::PartitionEOF(p)) => {
-                    // The partition leaves the assignment: the runs start afresh.
-                    self.keep(&runs);
-                    runs.clear();
-                    current = None;
-                    self.end_of_partition(p)?;
-                }
-                Err(KafkaError::MessageConsumptionFatal(code)) => {
-                    return Err(Error::Source(format!(
-                        "Kafka source '{}': fatal error from {}: {code}",
-                        self.source,
-                        self.options.servers()
-                    )));
-                }
-                // librdkafka retries by itself; the error is kept for messages.
-                Err(e) => self.consumer.context().note(e.to_string()),
+                let _ = tokio::time::timeout_at(wait, self.fetched.ready().notified()).await;
             }
         }
-        self.keep(&runs);
-        Ok(raw)
+        self.keep(&taking.runs);
+        Ok(taking.raw)
     }
 
     /// Where `tp`'s messages go on, as [`Self::gather`] starts a run of them.
@@ -398,6 +428,49 @@ impl Drop for KafkaReader {
             // returned).
             let _ = self.consumer.poll(Duration::from_millis(1));
         }
+    }
+}
+
+/// What a poll has taken so far.
+struct Taking {
+    raw: Vec<Raw>,
+    runs: Vec<Run>,
+    /// The run of the last message, in `runs`.
+    current: Option<usize>,
+}
+
+impl Taking {
+    /// Keep `m` unless it is not the reader's or was returned before.
+    fn message(&mut self, reader: &KafkaReader, m: Incoming<'_>) {
+        let same = |r: &Run| r.tp.partition == m.partition && r.tp.topic == m.topic;
+        let run = match self.current.filter(|&i| same(&self.runs[i])) {
+            Some(i) => i,
+            None => {
+                let i = match self.runs.iter().position(same) {
+                    Some(i) => i,
+                    None => {
+                        let tp = TopicPartition::new(m.topic, m.partition);
+                        self.runs.push(reader.run(tp));
+                        self.runs.len() - 1
+                    }
+                };
+                self.current = Some(i);
+                i
+            }
+        };
+        let run = &mut self.runs[run];
+        // Not ours, from before a reassignment, or already returned.
+        if !run.fresh(m.offset) {
+            return;
+        }
+        run.next = Some(m.offset + 1);
+        self.raw.push(Raw {
+            tp: run.tp.clone(),
+            offset: m.offset,
+            key: m.key.map(<[u8]>::to_vec),
+            payload: m.payload.map(<[u8]>::to_vec),
+            timestamp_ms: m.timestamp_ms,
+        });
     }
 }
 
