@@ -5,24 +5,32 @@
 //! ends the row group under way in every file the writer has open, so the slices are
 //! encoded as they come, without joining them first.
 //!
+//! It is Parquet's Arrow writer taken apart ([`Encoder`]): a row group's column writers are
+//! independent of each other until it ends, so a large write's columns, and a row group's
+//! ends, are encoded on several threads at once when the files may use more than one
+//! ([`ParquetFiles::encoding_on`]; the file is byte for byte the one a thread writes).
+//!
 //! A closed file's statistics (sizes, value, NULL and NaN counts, lower and upper bounds by
 //! field id) are taken from the Parquet footer and the rows, as Iceberg's writers record
 //! them.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Float32Type, Float64Type, SchemaRef};
-use datafusion::parquet::arrow::AsyncArrowWriter;
+use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::arrow::PARQUET_FIELD_ID_META_KEY;
-use datafusion::parquet::arrow::async_writer::AsyncFileWriter;
+use datafusion::parquet::arrow::arrow_writer::{
+    ArrowColumnWriter, ArrowLeafColumn, ArrowRowGroupWriterFactory, compute_leaves,
+};
 use datafusion::parquet::errors::ParquetError;
 use datafusion::parquet::file::metadata::ParquetMetaData;
 use datafusion::parquet::file::properties::WriterProperties;
 use datafusion::parquet::file::statistics::Statistics;
-use futures::future::BoxFuture;
+use datafusion::parquet::file::writer::SerializedFileWriter;
 use iceberg::io::{FileWrite, OutputFile};
 use iceberg::spec::{
     DataContentType, DataFileBuilder, DataFileFormat, Datum, PrimitiveType, Struct, Type,
@@ -30,6 +38,13 @@ use iceberg::spec::{
 use iceberg::writer::CurrentFileStatus;
 use iceberg::writer::file_writer::{FileWriter, FileWriterBuilder};
 use iceberg::{Error, ErrorKind, Result};
+
+type ParquetResult<T> = datafusion::parquet::errors::Result<T>;
+
+/// A write of at least this many rows has its columns encoded on several threads at once,
+/// when the files may use more than one (see [`ParquetFiles::encoding_on`]): below it,
+/// handing columns out costs about what it saves.
+const SHARED_ROWS: usize = 2048;
 
 /// Builds a [`ParquetFile`] per data file; every clone shares the set of files open, whose
 /// row groups under way [`Self::end_row_groups`] ends.
@@ -40,6 +55,8 @@ pub struct ParquetFiles {
     /// The table's schema as Arrow, with the field ids (what the rows come as).
     arrow: SchemaRef,
     open: Arc<Mutex<Vec<Weak<Mutex<Encoding>>>>>,
+    /// The threads a file's columns are encoded on at once (see [`Self::encoding_on`]).
+    threads: Arc<AtomicUsize>,
 }
 
 impl ParquetFiles {
@@ -53,7 +70,15 @@ impl ParquetFiles {
             schema,
             arrow,
             open: Default::default(),
+            threads: Arc::new(AtomicUsize::new(1)),
         }
+    }
+
+    /// Encode the columns of a file's large writes and row group ends on up to `threads`
+    /// threads at once (the writing one and `task::share_out`'s helpers); 1, the
+    /// default, encodes on the writing thread only. Every clone's files, open or to come.
+    pub fn encoding_on(&self, threads: usize) {
+        self.threads.store(threads.max(1), Ordering::Relaxed);
     }
 
     /// End the row group under way in every file open (written out: nothing of it stays
@@ -64,14 +89,15 @@ impl ParquetFiles {
             open.retain(|f| f.strong_count() > 0);
             open.iter().filter_map(Weak::upgrade).collect()
         };
+        let threads = self.threads.load(Ordering::Relaxed);
         for file in open {
-            let writer = lock(&file).writer.take();
-            let Some(mut writer) = writer else { continue };
-            let flushed = writer.flush().await;
+            let encoder = lock(&file).encoder.take();
+            let Some(mut encoder) = encoder else { continue };
+            let ended = encoder.end_row_group(threads).await;
             let mut encoding = lock(&file);
-            encoding.size = writer.bytes_written() + writer.in_progress_size();
-            encoding.writer = Some(writer);
-            flushed.map_err(|e| parquet_error("ending a row group", e))?;
+            encoding.size = encoder.size();
+            encoding.encoder = Some(encoder);
+            ended?;
         }
         Ok(())
     }
@@ -82,7 +108,7 @@ impl FileWriterBuilder for ParquetFiles {
 
     async fn build(&self, output: OutputFile) -> Result<ParquetFile> {
         let encoding = Arc::new(Mutex::new(Encoding {
-            writer: None,
+            encoder: None,
             size: 0,
         }));
         {
@@ -115,7 +141,7 @@ pub struct ParquetFile {
 /// The encoder of a file, shared with the [`ParquetFiles`] that made it (it ends its row
 /// groups). Out of the lock while it writes.
 struct Encoding {
-    writer: Option<AsyncArrowWriter<Output>>,
+    encoder: Option<Encoder>,
     /// Bytes written and under way, as of the last write.
     size: usize,
 }
@@ -127,33 +153,28 @@ impl FileWriter for ParquetFile {
         }
         self.rows += batch.num_rows();
         count_nans(batch, &mut self.nans);
-        let taken = lock(&self.encoding).writer.take();
-        let mut writer = match taken {
-            Some(w) => w,
-            None => AsyncArrowWriter::try_new(
-                Output(self.output.writer().await?),
-                self.files.arrow.clone(),
-                Some(self.files.props.clone()),
-            )
-            .map_err(|e| parquet_error("starting a Parquet file", e))?,
+        let taken = lock(&self.encoding).encoder.take();
+        let mut encoder = match taken {
+            Some(e) => e,
+            None => Encoder::start(&self.files, self.output.writer().await?)?,
         };
-        let written = writer.write(batch).await;
+        let written = encoder
+            .write(batch, self.files.threads.load(Ordering::Relaxed))
+            .await;
         let mut encoding = lock(&self.encoding);
-        encoding.size = writer.bytes_written() + writer.in_progress_size();
-        encoding.writer = Some(writer);
-        written.map_err(|e| parquet_error("writing rows to a Parquet file", e))
+        encoding.size = encoder.size();
+        encoding.encoder = Some(encoder);
+        written
     }
 
     async fn close(self) -> Result<Vec<DataFileBuilder>> {
-        let taken = lock(&self.encoding).writer.take();
-        let Some(mut writer) = taken else {
+        let taken = lock(&self.encoding).encoder.take();
+        let Some(encoder) = taken else {
             return Ok(Vec::new());
         };
-        let metadata = writer
-            .finish()
-            .await
-            .map_err(|e| parquet_error("finishing a Parquet file", e))?;
-        let size = writer.bytes_written();
+        let (metadata, size) = encoder
+            .finish(self.files.threads.load(Ordering::Relaxed))
+            .await?;
         if self.rows == 0 {
             self.output.delete().await?;
             return Ok(Vec::new());
@@ -178,6 +199,206 @@ impl CurrentFileStatus for ParquetFile {
     fn current_written_size(&self) -> usize {
         lock(&self.encoding).size
     }
+}
+
+/// A Parquet file being encoded: Parquet's Arrow writer taken apart, so that the column
+/// writers of a row group, which are independent of each other until it ends, encode on
+/// several threads at once. Row groups end as Parquet's Arrow writer ends them (the
+/// properties' rows and bytes at most) or when told; each is sent to the file as it ends.
+struct Encoder {
+    /// Holds the encoded bytes of the row groups ended since the last send.
+    file: SerializedFileWriter<Vec<u8>>,
+    factory: ArrowRowGroupWriterFactory,
+    arrow: SchemaRef,
+    /// The row group under way: a writer per leaf column, in the schema's order (none
+    /// between row groups), and the rows written to them.
+    columns: Vec<ArrowColumnWriter>,
+    rows: usize,
+    max_rows: Option<usize>,
+    max_bytes: Option<usize>,
+    output: Box<dyn FileWrite>,
+}
+
+impl Encoder {
+    fn start(files: &ParquetFiles, output: Box<dyn FileWrite>) -> Result<Self> {
+        // Parquet's own writer converts the schema and adds the Arrow schema to the footer's
+        // metadata, as readers expect of files it writes.
+        let (file, factory) =
+            ArrowWriter::try_new(Vec::new(), files.arrow.clone(), Some(files.props.clone()))
+                .and_then(ArrowWriter::into_serialized_writer)
+                .map_err(|e| parquet_error("starting a Parquet file", e))?;
+        Ok(Self {
+            file,
+            factory,
+            arrow: files.arrow.clone(),
+            columns: Vec::new(),
+            rows: 0,
+            max_rows: files.props.max_row_group_row_count(),
+            max_bytes: files.props.max_row_group_bytes(),
+            output,
+        })
+    }
+
+    /// Bytes written and in the row group under way (as encoded so far).
+    fn size(&self) -> usize {
+        self.file.bytes_written() + self.under_way()
+    }
+
+    fn under_way(&self) -> usize {
+        self.columns
+            .iter()
+            .map(ArrowColumnWriter::get_estimated_total_bytes)
+            .sum()
+    }
+
+    /// Encode `batch`, ending row groups where the limits on their rows and bytes fall
+    /// (the rows split between them as Parquet's Arrow writer splits them).
+    async fn write(&mut self, batch: &RecordBatch, threads: usize) -> Result<()> {
+        let mut rest = batch.clone();
+        while rest.num_rows() > 0 {
+            let mut rows = rest.num_rows();
+            if let Some(max) = self.max_rows {
+                rows = rows.min(max.saturating_sub(self.rows).max(1));
+            }
+            if let (Some(max), true) = (self.max_bytes, self.rows > 0) {
+                let bytes = self.under_way();
+                let fit = max.saturating_sub(bytes) / (bytes / self.rows).max(1);
+                if fit == 0 {
+                    self.end_row_group(threads).await?;
+                    continue;
+                }
+                rows = rows.min(fit);
+            }
+            let part = rest.slice(0, rows);
+            rest = rest.slice(rows, rest.num_rows() - rows);
+            self.encode(&part, threads)
+                .map_err(|e| parquet_error("writing rows to a Parquet file", e))?;
+            let full = self.max_rows.is_some_and(|max| self.rows >= max)
+                || self.max_bytes.is_some_and(|max| self.under_way() >= max);
+            if full {
+                self.end_row_group(threads).await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn encode(&mut self, batch: &RecordBatch, threads: usize) -> ParquetResult<()> {
+        if self.columns.is_empty() {
+            let row_group = self.file.flushed_row_groups().len();
+            self.columns = self.factory.create_column_writers(row_group)?;
+        }
+        let mut leaves = Vec::with_capacity(self.columns.len());
+        let mut costs = Vec::with_capacity(self.columns.len());
+        for (field, column) in self.arrow.fields().iter().zip(batch.columns()) {
+            let of_column = compute_leaves(field, column)?;
+            let cost = column.get_buffer_memory_size() / of_column.len().max(1);
+            costs.extend(std::iter::repeat_n(cost, of_column.len()));
+            leaves.extend(of_column);
+        }
+        if leaves.len() != self.columns.len() {
+            return Err(ParquetError::General(format!(
+                "{} leaf columns for {} column writers",
+                leaves.len(),
+                self.columns.len()
+            )));
+        }
+        self.rows += batch.num_rows();
+        let columns = std::mem::take(&mut self.columns);
+        let work = columns.into_iter().zip(leaves).collect();
+        let helpers = helpers(threads, batch.num_rows());
+        self.columns = encode_columns(work, costs, helpers, write_column)?;
+        Ok(())
+    }
+
+    /// End the row group under way, if any, and send it to the file.
+    async fn end_row_group(&mut self, threads: usize) -> Result<()> {
+        if self.columns.is_empty() {
+            return Ok(());
+        }
+        let columns = std::mem::take(&mut self.columns);
+        let costs = columns
+            .iter()
+            .map(ArrowColumnWriter::get_estimated_total_bytes)
+            .collect();
+        let helpers = helpers(threads, std::mem::take(&mut self.rows));
+        let ended = (|| {
+            let closed = encode_columns(columns, costs, helpers, ArrowColumnWriter::close)?;
+            let mut row_group = self.file.next_row_group()?;
+            for chunk in closed {
+                chunk.append_to_row_group(&mut row_group)?;
+            }
+            row_group.close().map(drop)
+        })();
+        ended.map_err(|e| parquet_error("ending a row group", e))?;
+        self.send().await
+    }
+
+    /// Send the bytes encoded since the last send to the file.
+    async fn send(&mut self) -> Result<()> {
+        // (The file writer buffers some bytes of its own; they follow these.)
+        let bytes = std::mem::take(self.file.inner_mut());
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.output.write(Bytes::from(bytes)).await
+    }
+
+    /// End the file: its footer, its metadata and its size.
+    async fn finish(mut self, threads: usize) -> Result<(ParquetMetaData, usize)> {
+        self.end_row_group(threads).await?;
+        let metadata = self
+            .file
+            .finish()
+            .map_err(|e| parquet_error("finishing a Parquet file", e))?;
+        self.send().await?;
+        self.output.close().await?;
+        Ok((metadata, self.file.bytes_written()))
+    }
+}
+
+/// The helpers a write of `rows` rows may have (see [`SHARED_ROWS`]).
+fn helpers(threads: usize, rows: usize) -> usize {
+    if rows >= SHARED_ROWS {
+        threads.saturating_sub(1)
+    } else {
+        0
+    }
+}
+
+/// `work` done on each column, on the calling thread and `helpers` more, the costliest
+/// first (a large column left for last would keep the others waiting); the results in the
+/// columns' order.
+fn encode_columns<T: Send + 'static, R: Send + 'static>(
+    columns: Vec<T>,
+    costs: Vec<usize>,
+    helpers: usize,
+    work: fn(T) -> ParquetResult<R>,
+) -> ParquetResult<Vec<R>> {
+    if helpers == 0 {
+        return columns.into_iter().map(work).collect();
+    }
+    let mut order: Vec<usize> = (0..columns.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(costs[i]));
+    let mut slots: Vec<Option<T>> = columns.into_iter().map(Some).collect();
+    let ordered: Vec<(usize, T)> = order
+        .iter()
+        .filter_map(|&i| slots[i].take().map(|c| (i, c)))
+        .collect();
+    let done = crate::task::share_out(ordered, helpers, move |(i, c)| (i, work(c)));
+    let mut encoded: Vec<Option<ParquetResult<R>>> = done.iter().map(|_| None).collect();
+    for (i, result) in done {
+        encoded[i] = Some(result);
+    }
+    encoded
+        .into_iter()
+        .map(|e| e.unwrap_or_else(|| Err(ParquetError::General("a column was lost".into()))))
+        .collect()
+}
+
+fn write_column(
+    (mut writer, leaf): (ArrowColumnWriter, ArrowLeafColumn),
+) -> ParquetResult<ArrowColumnWriter> {
+    writer.write(&leaf).map(|()| writer)
 }
 
 /// A data file's entry, but for its path and NaN counts, from its Parquet footer: sizes and
@@ -352,28 +573,6 @@ fn values_of(values: &ArrayRef, offsets: &[i32]) -> ArrayRef {
 }
 
 /// An iceberg-rust output file as the sink of Parquet's async writer.
-struct Output(Box<dyn FileWrite>);
-
-impl AsyncFileWriter for Output {
-    fn write(&mut self, bytes: Bytes) -> BoxFuture<'_, datafusion::parquet::errors::Result<()>> {
-        Box::pin(async move {
-            self.0
-                .write(bytes)
-                .await
-                .map_err(|e| ParquetError::External(Box::new(e)))
-        })
-    }
-
-    fn complete(&mut self) -> BoxFuture<'_, datafusion::parquet::errors::Result<()>> {
-        Box::pin(async move {
-            self.0
-                .close()
-                .await
-                .map_err(|e| ParquetError::External(Box::new(e)))
-        })
-    }
-}
-
 fn parquet_error(doing: &str, e: ParquetError) -> Error {
     Error::new(ErrorKind::Unexpected, format!("{doing}: {e}")).with_source(e)
 }
@@ -693,6 +892,45 @@ mod tests {
         assert_eq!(ours.lower_bounds().len(), 22, "{:?}", ours.lower_bounds());
         assert_eq!(ours.split_offsets(), theirs.split_offsets());
         assert_eq!(ours.split_offsets().map(<[i64]>::len), Some(3));
+    }
+
+    /// A file whose columns were encoded on several threads is byte for byte the file one
+    /// thread encodes: large writes, row groups ended by the row limit inside a write and
+    /// on demand, nested columns.
+    #[tokio::test]
+    async fn columns_encoded_on_several_threads_make_the_same_file() {
+        let schema = Arc::new(schema());
+        let arrow = Arc::new(schema_to_arrow_schema(&schema).unwrap());
+        let props = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(3000))
+            .build();
+        let one = batch(&arrow, 0);
+        let large = datafusion::arrow::compute::concat_batches(&arrow, &vec![one; 700]).unwrap();
+        assert!(large.num_rows() >= 2 * super::SHARED_ROWS);
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = Vec::new();
+        for threads in [1, 3] {
+            let files = ParquetFiles::new(props.clone(), schema.clone(), arrow.clone());
+            files.encoding_on(threads);
+            let path = format!("{}/{threads}.parquet", dir.path().display());
+            let mut writer = files.build(io().new_output(&path).unwrap()).await.unwrap();
+            writer.write(&large).await.unwrap();
+            files.end_row_groups().await.unwrap();
+            writer.write(&large).await.unwrap();
+            let entry = writer
+                .close()
+                .await
+                .unwrap()
+                .pop()
+                .unwrap()
+                .build()
+                .unwrap();
+            // 4,200 rows, as 3,000 (the limit) and 1,200 (ended on demand); twice.
+            assert_eq!(entry.split_offsets().map(<[i64]>::len), Some(4));
+            assert_eq!(entry.record_count(), 2 * large.num_rows() as u64);
+            bytes.push(std::fs::read(&path).unwrap());
+        }
+        assert!(bytes[0] == bytes[1], "the files differ");
     }
 
     /// Ending the row groups makes the rows written since a row group of every open file,

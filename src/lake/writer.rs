@@ -267,6 +267,14 @@ impl TableWriter {
             .map_or(0, |b| b.min(OBJECT_STORE_PART * self.open_files()))
     }
 
+    /// Encode the columns of large writes on up to `threads` threads at once (the writing
+    /// one and helpers; see [`ParquetFiles::encoding_on`]), rather than on the writing
+    /// thread alone.
+    pub fn encoding_on(self, threads: usize) -> Self {
+        self.files.encoding_on(threads);
+        self
+    }
+
     /// Write one batch whose columns are the table's columns, in order.
     pub async fn write(&mut self, batch: RecordBatch) -> Result<()> {
         if batch.num_rows() == 0 {

@@ -112,9 +112,11 @@ pub struct TableSink {
     /// files (routed sinks, see [`Self::deferred`]); otherwise they go to the writer every
     /// [`WRITE_ROWS`] rows, its row groups as large as the table's properties say.
     deferred: bool,
-    /// See [`Self::writing_behind`].
+    /// See [`Self::writing_on`].
     behind: Option<AbortOnDrop<Result<Written>>>,
     writes_behind: bool,
+    /// See [`Self::writing_on`].
+    threads: usize,
     /// See [`Self::created_on_sight`].
     recreate: bool,
     /// Columns the schema may evolve to (see [`Self::with_max_columns`]).
@@ -166,6 +168,8 @@ pub struct Unwritten {
     close: bool,
     /// New writers write a row group per write (see [`TableSink::deferred`]).
     deferred: bool,
+    /// The threads a new writer encodes on (see [`TableSink::writing_on`]).
+    threads: usize,
 }
 
 /// What writing an [`Unwritten`] gives back to its sink.
@@ -183,7 +187,7 @@ impl Unwritten {
         let mut writer = match self.writer {
             Some(w) => w,
             None if self.deferred => TableWriter::row_groups_on_demand(&self.staged)?,
-            None => TableWriter::try_new(&self.staged)?,
+            None => TableWriter::try_new(&self.staged)?.encoding_on(self.threads),
         };
         let row_group = self.deferred && !self.rows.is_empty();
         write_gathered(&mut writer, &self.schema, self.rows).await?;
@@ -256,6 +260,7 @@ impl TableSink {
             deferred: false,
             behind: None,
             writes_behind: false,
+            threads: 1,
             recreate: false,
             max_columns: usize::MAX,
             closed: Vec::new(),
@@ -282,12 +287,14 @@ impl TableSink {
         self
     }
 
-    /// Every [`WRITE_ROWS`] rows go to the writer on the write runtime (`lake::runtime`)
-    /// while the sink takes more, one write at a time: encoding Parquet on another core
-    /// while the job decodes and queries. (A table with a primary key holds its rows until
-    /// the checkpoint closes, as ever.)
-    pub fn writing_behind(mut self, on: bool) -> Self {
-        self.writes_behind = on;
+    /// With more than one thread, every [`WRITE_ROWS`] rows go to the writer on the write
+    /// runtime (`lake::runtime`) while the sink takes more, one write at a time: encoding
+    /// Parquet on another core while the job decodes and queries, a write's columns on up
+    /// to `threads` at once. (A table with a primary key holds its rows until the
+    /// checkpoint closes, as ever.)
+    pub fn writing_on(mut self, threads: usize) -> Self {
+        self.writes_behind = threads > 1;
+        self.threads = threads.max(1);
         self
     }
 
@@ -502,7 +509,7 @@ impl TableSink {
         }
         let schema = self.arrow_schema()?;
         if self.writer.is_none() {
-            self.writer = Some(TableWriter::try_new(&self.staged)?);
+            self.writer = Some(TableWriter::try_new(&self.staged)?.encoding_on(self.threads));
         }
         if let Some(w) = &mut self.writer {
             write_gathered(w, &schema, pending)
@@ -513,7 +520,7 @@ impl TableSink {
     }
 
     /// Hand the gathered rows to the writer on the write runtime, once the write before is
-    /// done (see [`Self::writing_behind`]).
+    /// done (see [`Self::writing_on`]).
     async fn write_behind(&mut self) -> Result<()> {
         self.settle().await?;
         if let Some(unwritten) = self.unwritten(false)? {
@@ -571,6 +578,7 @@ impl TableSink {
             staged: self.staged.clone(),
             close,
             deferred: self.deferred,
+            threads: self.threads,
         }))
     }
 

@@ -431,7 +431,7 @@ impl<'a> Runner<'a> {
                     false,
                     Vec::new(),
                 )
-                .writing_behind(job.parallelism > 1);
+                .writing_on(job.parallelism);
                 (
                     Box::new(TableTarget::new(sink)),
                     dead_letter::DEAD_LETTER_TABLE,
