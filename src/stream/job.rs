@@ -47,6 +47,12 @@ use datafusion::arrow::datatypes::UInt32Type;
 /// Rows asked of a source per poll.
 const POLL_ROWS: usize = 32768;
 
+/// The polls a job on more than one core reads and decodes ahead of the one it writes. Not
+/// one: the writing is most of the work and comes in bursts (a row group's columns on several
+/// threads), and decoding that has run ahead keeps the cores busy between them; 1.5 M events
+/// into one table on two cores ran 5% faster at four than at one, holding ~25 MB more.
+const POLLS_AHEAD: usize = 4;
+
 /// Where a job writes.
 #[derive(Clone)]
 pub struct Target {
@@ -401,11 +407,11 @@ impl<'a> Runner<'a> {
             committed_offsets = sources.clone();
         }
         if job.parallelism > 1 {
-            // The next poll is read and decoded while the job queries and writes this one.
+            // The next polls are read and decoded while the job queries and writes this one.
             readers = readers
                 .into_iter()
                 .map(|(name, reader, done)| {
-                    let ahead = Prefetched::new(reader, POLL_ROWS, 1);
+                    let ahead = Prefetched::new(reader, POLL_ROWS, POLLS_AHEAD);
                     (name, Box::new(ahead) as Box<dyn SourceReader>, done)
                 })
                 .collect();
