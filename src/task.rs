@@ -83,7 +83,7 @@ fn helper_threads() -> &'static rayon::ThreadPool {
 }
 
 /// `work` done on every item, on the calling thread and on up to `helpers` of
-/// [`helper_threads`] at once, each taking the next item left; the results in the items' order.
+/// `helper_threads` at once, each taking the next item left; the results in the items' order.
 ///
 /// The caller never waits for a helper to start: a helper that comes late (its thread not
 /// given a core yet, say) finds nothing left, and the caller waits only for items a helper has

@@ -5,7 +5,7 @@
 //! ends the row group under way in every file the writer has open, so the slices are
 //! encoded as they come, without joining them first.
 //!
-//! It is Parquet's Arrow writer taken apart ([`Encoder`]): a row group's column writers are
+//! It is Parquet's Arrow writer taken apart (`Encoder`): a row group's column writers are
 //! independent of each other until it ends, so a large write's columns, and a row group's
 //! ends, are encoded on several threads at once when the files may use more than one
 //! ([`ParquetFiles::encoding_on`]; the file is byte for byte the one a thread writes).
