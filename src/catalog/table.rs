@@ -204,9 +204,11 @@ impl DataSink for AppendSink {
     async fn write_all(
         &self,
         mut data: SendableRecordBatchStream,
-        _context: &Arc<TaskContext>,
+        context: &Arc<TaskContext>,
     ) -> DFResult<u64> {
-        let mut writer = TableWriter::try_new(&self.table)?;
+        // The files' columns are encoded on as many threads as the query runs on.
+        let threads = context.session_config().target_partitions();
+        let mut writer = TableWriter::try_new(&self.table)?.encoding_on(threads);
         while let Some(batch) = data.next().await {
             writer.write(batch?).await?;
         }
