@@ -841,6 +841,20 @@ mod tests {
         FileIOBuilder::new(Arc::new(crate::lake::storage::LocalStorageFactory)).build()
     }
 
+    /// The test table's schema, and as Arrow with the field ids.
+    fn schemas() -> (Arc<Schema>, datafusion::arrow::datatypes::SchemaRef) {
+        let schema = Arc::new(schema());
+        let arrow = Arc::new(schema_to_arrow_schema(&schema).unwrap());
+        (schema, arrow)
+    }
+
+    /// Writer properties whose row groups hold at most `rows` rows.
+    fn rows_at_most(rows: usize) -> WriterProperties {
+        WriterProperties::builder()
+            .set_max_row_group_row_count(Some(rows))
+            .build()
+    }
+
     async fn write<B: FileWriterBuilder>(
         builder: B,
         path: String,
@@ -859,12 +873,9 @@ mod tests {
     /// the same data-file entry: sizes, counts, NaN counts, bounds and row-group offsets.
     #[tokio::test]
     async fn statistics_match_iceberg_rust() {
-        let schema = Arc::new(schema());
-        let arrow = Arc::new(schema_to_arrow_schema(&schema).unwrap());
+        let (schema, arrow) = schemas();
         // Row groups of four rows: three groups over two writes, in both writers.
-        let props = WriterProperties::builder()
-            .set_max_row_group_row_count(Some(4))
-            .build();
+        let props = rows_at_most(4);
         let batches = [batch(&arrow, 0), batch(&arrow, 77)];
         let dir = tempfile::tempdir().unwrap();
         let ours = write(
@@ -899,11 +910,8 @@ mod tests {
     /// on demand, nested columns.
     #[tokio::test]
     async fn columns_encoded_on_several_threads_make_the_same_file() {
-        let schema = Arc::new(schema());
-        let arrow = Arc::new(schema_to_arrow_schema(&schema).unwrap());
-        let props = WriterProperties::builder()
-            .set_max_row_group_row_count(Some(3000))
-            .build();
+        let (schema, arrow) = schemas();
+        let props = rows_at_most(3000);
         let one = batch(&arrow, 0);
         let large = datafusion::arrow::compute::concat_batches(&arrow, &vec![one; 700]).unwrap();
         assert!(large.num_rows() >= 2 * super::SHARED_ROWS);
@@ -937,8 +945,7 @@ mod tests {
     /// read back as written.
     #[tokio::test]
     async fn row_groups_end_on_demand() {
-        let schema = Arc::new(schema());
-        let arrow = Arc::new(schema_to_arrow_schema(&schema).unwrap());
+        let (schema, arrow) = schemas();
         let files = ParquetFiles::new(WriterProperties::builder().build(), schema, arrow.clone());
         let dir = tempfile::tempdir().unwrap();
         let paths: Vec<String> = (0..2)
